@@ -1,0 +1,172 @@
+"""The ``switchboard`` command: the instance operator's tool, working directly on the database.
+
+Every command takes ``--json``. Errors print one line to stderr (``error: code: message``) and exit
+non-zero; nothing is half-written because each change is one transaction in ``tenancy`` & co.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.exc import DBAPIError
+
+from switchboard.errors import SwitchboardError
+from switchboard.settings import ConfigError, Settings, load_settings
+
+T = TypeVar("T")
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def emit(as_json: bool, data: dict[str, Any], text: str | Callable[[], str]) -> None:
+    """Print ``data`` as one JSON object, or ``text`` for people."""
+    if as_json:
+        click.echo(json.dumps(data, default=_default, sort_keys=False))
+    else:
+        click.echo(text() if callable(text) else text)
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        fail(str(exc), 2)
+        raise AssertionError from exc  # unreachable; keeps type checkers calm
+
+
+def run(coro: Awaitable[T]) -> T:
+    """Run one command's coroutine; turn every known failure into a one-line error."""
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except SwitchboardError as exc:
+        fail(f"{exc.code}: {exc.message}")
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    except OSError as exc:
+        fail(f"unavailable: cannot reach the database ({exc.strerror or type(exc).__name__})")
+    except DBAPIError as exc:
+        fail(f"unavailable: database error ({type(exc.orig).__name__ if exc.orig else 'unknown'})")
+    raise AssertionError("unreachable")
+
+
+class Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except SwitchboardError as exc:
+            fail(f"{exc.code}: {exc.message}")
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="switchboard")
+def main() -> None:
+    """Switchboard: verified webhooks become todos that agents drain over MCP and answer back."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@main.command()
+@json_option
+def serve(as_json: bool) -> None:
+    """Upgrade the database, then serve everything on HOST:PORT until SIGTERM or SIGINT."""
+    from aiohttp import web
+
+    from switchboard import db
+    from switchboard.app import build_services, make_app
+    from switchboard.logs import RedactingAccessLogger, configure_logging
+
+    settings = settings_or_exit()
+    configure_logging(settings.log_level_number, as_json)
+    try:
+        db.upgrade(settings.database_url)
+    except Exception as exc:
+        fail(f"unavailable: cannot migrate the database ({type(exc).__name__}: {str(exc)[:200]})")
+    services = build_services(settings)
+    logging.getLogger("switchboard").info(
+        "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
+    )
+    web.run_app(
+        make_app(services),
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log_class=RedactingAccessLogger,
+        handle_signals=True,
+        shutdown_timeout=10,
+    )
+
+
+@main.group("db")
+def db_group() -> None:
+    """Database maintenance."""
+
+
+@db_group.command("upgrade")
+@json_option
+def db_upgrade(as_json: bool) -> None:
+    """Apply every pending migration."""
+    from switchboard import db
+
+    settings = settings_or_exit()
+    try:
+        db.upgrade(settings.database_url)
+    except Exception as exc:
+        fail(f"unavailable: cannot migrate the database ({type(exc).__name__}: {str(exc)[:200]})")
+    emit(as_json, {"upgraded": True, "revision": "head"}, "database is at the latest revision")
+
+
+@main.command()
+@json_option
+def plugins(as_json: bool) -> None:
+    """List the provider plugins, their versions, kinds and hooks."""
+    from switchboard.plugins import load
+
+    rows = load().describe()
+
+    def text() -> str:
+        return "\n".join(
+            f"{r['name']} ({r['package']} {r['version']}): sources={','.join(r['source_kinds']) or '-'} "
+            f"connections={','.join(r['connection_kinds']) or '-'} hooks={','.join(r['hooks'])}"
+            for r in rows
+        )
+
+    emit(as_json, {"plugins": rows}, text)
+
+
+@main.command()
+@json_option
+def keygen(as_json: bool) -> None:
+    """Print a fresh SWITCHBOARD_SECRET_ENCRYPTION_KEY."""
+    from switchboard.vault import generate_key
+
+    key = generate_key()
+    emit(as_json, {"key": key}, key)
+
+
+from switchboard import cli_admin  # noqa: E402  (registers the admin command groups on `main`)
+
+__all__ = ["cli_admin", "main"]

@@ -1,0 +1,3 @@
+"""Admin commands on the configured database: humans, teams, endpoints, webhooks, connections, todos."""
+
+from __future__ import annotations

@@ -1,0 +1,223 @@
+"""What a provider plugin deals in: the values its hooks receive and return.
+
+A provider (built in, like ``generic`` and ``stripe``, or a package under ``plugins/``) describes its
+kinds through ``register_kinds`` and implements the hooks in ``hookspecs.py`` for those kinds only.
+Everything here is plain data so a third-party provider can be read and tested without a server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+SecretOrigin = Literal["minted", "provider", "none"]
+ErrorClass = Literal["auth", "not_found", "forbidden", "rate_limited", "invalid", "server", "network"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Inbound
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A webhook request as received. ``headers`` look up case-insensitively."""
+
+    source: str
+    headers: Mapping[str, str]
+    body: bytes
+    received_at: datetime
+    # The webhook's signing secret (None for kinds that have none).
+    secret: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``verify`` learned. Only ``ok`` verdicts are stored; the rest are refused.
+
+    ``error`` picks the refusal: ``signature_invalid`` (401, the default) or ``invalid_body`` (400,
+    the signature was good but the body cannot be read). ``detail`` is a short reason for the log and
+    the event row; it never contains a signature or a secret.
+    """
+
+    ok: bool
+    detail: str
+    error: Literal["signature_invalid", "invalid_body"] = "signature_invalid"
+    # The parsed body (JSON), for the address, the title and the todo payload.
+    payload: Any = None
+    # A dotted event name, e.g. "pull_request.opened", "event_callback.app_mention".
+    event: str = ""
+    # Deduplication key; None lets the core use "sha256:<hex of body>".
+    delivery_key: str | None = None
+    # A second key that also deduplicates (Slack: one message seen as message and app_mention).
+    secondary_key: str | None = None
+    title: str = ""
+    # Housekeeping deliveries (ping, edits, joins): stored as "ignored", no todo.
+    ignore: bool = False
+    # Answer the sender with this JSON at once and store nothing (Slack url_verification).
+    respond: dict[str, Any] | None = None
+
+    @classmethod
+    def refuse(cls, detail: str) -> Verdict:
+        return cls(ok=False, detail=detail)
+
+    @classmethod
+    def bad_body(cls, detail: str) -> Verdict:
+        return cls(ok=False, detail=detail, error="invalid_body")
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a reply goes, derived from a verified delivery and frozen on the todo.
+
+    ``provider`` names the connection kind that can post to it. ``fields`` are the non-secret,
+    strictly validated parts (repo, number, channel, …) that become URL path parts at posting time.
+    """
+
+    kind: str
+    provider: str
+    display: str
+    fields: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "provider": self.provider, "display": self.display, **self.fields}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Address:
+        rest = {k: v for k, v in data.items() if k not in ("kind", "provider", "display")}
+        return cls(kind=data["kind"], provider=data["provider"], display=data["display"], fields=rest)
+
+
+@dataclass(frozen=True)
+class EchoClues:
+    """What in a delivery could show it is Switchboard's own reply; the core does the matching.
+
+    ``object_ids``: provider object ids of the thing that was posted (forge comment id, Slack
+    ``channel:ts``, Cairn comment id). ``marker``: the reply id named by an invisible marker.
+    ``bot_id``: the Slack bot that posted. ``thread_key``: the thread the delivery belongs to, which
+    a marker's reply must share.
+    """
+
+    object_ids: tuple[str, ...] = ()
+    marker: str | None = None
+    bot_id: str | None = None
+    thread_key: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound
+
+
+@dataclass(frozen=True)
+class ReplyPost:
+    """One reply to post. ``http`` is the guarded outbound client: the only way out."""
+
+    http: Any
+    kind: str
+    account_key: str
+    secret: str
+    address: Address
+    text: str
+    reply_id: str
+    # Operator overrides for SaaS API bases (SWITCHBOARD_GITHUB_API_URL, …); tenants never set these.
+    api_overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PostResult:
+    """The outcome of one dial.
+
+    ``state``: ``sent``, ``failed`` (the provider refused, nothing was written) or ``unknown`` (the
+    request may have been written). ``retryable`` marks the only outcomes the core retries: a
+    connect that failed before anything was sent, and a 429.
+    """
+
+    state: Literal["sent", "failed", "unknown"]
+    object_id: str | None = None
+    permalink: str | None = None
+    error_class: ErrorClass | None = None
+    error_code: str | None = None
+    retry_after: float | None = None
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    error_class: ErrorClass | None = None
+    detail: str = ""
+    # Facts learned by the test call and kept on the connection (Slack: bot_id, user_id).
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConnectionCheck:
+    """What a connection ``test`` call gets: the same guarded client and credential as a post."""
+
+    http: Any
+    kind: str
+    account_key: str
+    secret: str
+    api_overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A kind of webhook: how its signing secret comes to be.
+
+    ``secret``: ``minted`` (Switchboard mints ``whsec_…``), ``provider`` (the owner pastes the
+    provider's secret; the webhook waits until then) or ``none`` (trust is the unguessable URL).
+    """
+
+    name: str
+    secret: SecretOrigin
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ConnectionKind:
+    """A kind of outbound credential and the rules for matching it to an address."""
+
+    name: str
+    # Normalise what an owner typed as the account key; raise ValueError if it is unusable.
+    normalize_account_key: Callable[[str], str]
+    # Does the connection with this account key serve this address? (Exact host / team / instance.)
+    account_matches: Callable[[str, Address], bool]
+    # The string a ``targets`` allowlist glob is matched against (repo, channel id, artifact id).
+    target_of: Callable[[Address], str]
+    text_limit: int
+    test: Callable[[ConnectionCheck], Awaitable[CheckResult]]
+    default_account_key: str | None = None
+    description: str = ""
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None if it is not one."""
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def hmac_sha256_hex(secret: str, message: bytes) -> str:
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def same(a: str, b: str) -> bool:
+    """Constant-time string comparison."""
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def one_line(text: str, limit: int = 80) -> str:
+    """Collapse whitespace to one line and cut to ``limit`` characters (for titles)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

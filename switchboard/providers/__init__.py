@@ -1,0 +1,1 @@
+"""Built-in providers. They use the same hooks as the packages under ``plugins/``."""

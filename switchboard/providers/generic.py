@@ -1,0 +1,53 @@
+"""generic: any sender. No signature; trust is the unguessable ingest URL (``trust_mode: token``).
+
+A generic delivery never gets a reply address, even when it carries forge headers and a forge body:
+its body is unverified, so an address parsed from it would let anyone holding the URL spend the
+owner's credential on a target of their choosing (a confused deputy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from switchboard.hookspecs import hookimpl
+from switchboard.provider import Delivery, EchoClues, SourceKind, Verdict, json_object, one_line
+
+KIND = "generic"
+
+
+@hookimpl
+def register_kinds(register: Callable[[Any], None]) -> None:
+    register(SourceKind(KIND, secret="none", description="Any sender; trusted by its unguessable URL."))
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    payload = json_object(delivery.body)
+    if payload is None:
+        # Any bytes are accepted; a non-JSON body is kept as text for the agent.
+        payload = {"body": delivery.body.decode("utf-8", errors="replace")}
+    key = delivery.headers.get("webhook-id") or delivery.headers.get("X-Delivery-Id") or None
+    event = delivery.headers.get("X-Event-Type") or "generic"
+    title = payload.get("title") if isinstance(payload.get("title"), str) else None
+    return Verdict(
+        ok=True,
+        detail="not verified (token trust)",
+        payload=payload,
+        event=one_line(event, 100),
+        delivery_key=one_line(key, 200) if key else None,
+        title=one_line(title or f"Webhook delivery ({event})", 200),
+    )
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> None:
+    # Never an address: see the module docstring.
+    return None
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    return EchoClues() if delivery.source == KIND else None

@@ -1,0 +1,78 @@
+"""stripe: ``Stripe-Signature: t=…,v1=…`` over ``"{t}.{body}"``; the owner pastes Stripe's ``whsec_``.
+
+Stripe events are not conversations, so they never get a reply address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from switchboard.hookspecs import hookimpl
+from switchboard.provider import (
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    hmac_sha256_hex,
+    json_object,
+    one_line,
+    same,
+)
+
+KIND = "stripe"
+TOLERANCE_SECONDS = 300
+
+
+@hookimpl
+def register_kinds(register: Callable[[Any], None]) -> None:
+    register(SourceKind(KIND, secret="provider", description="Stripe events (secret from the dashboard)."))
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    header = delivery.headers.get("Stripe-Signature", "")
+    timestamp, candidates = None, []
+    for part in header.split(","):
+        name, _, value = part.strip().partition("=")
+        if name == "t":
+            timestamp = value
+        elif name == "v1" and value:
+            candidates.append(value)
+    if not header.strip() or timestamp is None or not candidates:
+        return Verdict.refuse("signature missing or malformed")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        return Verdict.refuse("timestamp malformed")
+    skew = abs(delivery.received_at.timestamp() - int(timestamp))
+    if skew > TOLERANCE_SECONDS:
+        return Verdict.refuse("timestamp outside the 300 s window")
+    expected = hmac_sha256_hex(delivery.secret or "", timestamp.encode() + b"." + delivery.body)
+    # Check every candidate (no early exit) so timing says nothing about which one matched.
+    matched = [same(expected, c) for c in candidates]
+    if not any(matched):
+        return Verdict.refuse("signature mismatch")
+    payload = json_object(delivery.body)
+    if payload is None:
+        return Verdict.bad_body("body is not a JSON object")
+    event_id = payload.get("id")
+    event_type = payload.get("type") if isinstance(payload.get("type"), str) else "event"
+    return Verdict(
+        ok=True,
+        detail="v1 signature ok",
+        payload=payload,
+        event=one_line(event_type, 100),
+        delivery_key=one_line(event_id, 200) if isinstance(event_id, str) and event_id else None,
+        title=one_line(f"Stripe {event_type}" + (f" ({event_id})" if isinstance(event_id, str) else ""), 200),
+    )
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> None:
+    return None
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    return EchoClues() if delivery.source == KIND else None

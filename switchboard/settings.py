@@ -1,0 +1,111 @@
+"""Configuration from the environment (prefix ``SWITCHBOARD_``), validated once at startup."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import logging
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "SWITCHBOARD_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(Exception):
+    """A configuration value is unusable; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    database_url: str = "sqlite+aiosqlite:///./switchboard.db"
+    base_url: str = "http://127.0.0.1:8080"
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    secret_encryption_key: SecretStr | None = None
+    outbound_allow_http: bool = False
+    # Kept as text so that a plain comma list works (pydantic-settings would want JSON for a list).
+    outbound_allow_cidrs: str = ""
+    reply_grace_seconds: int = Field(900, ge=0, le=7 * 24 * 3600)
+    reply_todo_cap: int = Field(20, ge=1, le=10_000)
+    github_api_url: str | None = None
+    slack_api_url: str | None = None
+    log_level: str = "INFO"
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://", "postgresql://")):
+            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        if value.startswith("postgresql://"):
+            value = "postgresql+asyncpg://" + value.removeprefix("postgresql://")
+        return value
+
+    @field_validator("base_url", "github_api_url", "slack_api_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None if value == "" else value
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("secret_encryption_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        try:
+            raw = base64.b64decode(value.get_secret_value(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("must be base64 (run `switchboard keygen` for one)") from None
+        if len(raw) != 32:
+            raise ValueError("must decode to exactly 32 bytes (run `switchboard keygen` for one)")
+        return value
+
+    @field_validator("outbound_allow_cidrs")
+    @classmethod
+    def _cidrs(cls, value: str) -> str:
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError:
+                raise ValueError(f"{part!r} is not a network in CIDR form") from None
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.upper()
+
+    @property
+    def encryption_key(self) -> bytes | None:
+        """The raw 32-byte key, or None when none is configured."""
+        if self.secret_encryption_key is None:
+            return None
+        return base64.b64decode(self.secret_encryption_key.get_secret_value())
+
+    @property
+    def allow_cidrs(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        parts = filter(None, (p.strip() for p in self.outbound_allow_cidrs.split(",")))
+        return [ipaddress.ip_network(p, strict=False) for p in parts]
+
+    @property
+    def log_level_number(self) -> int:
+        return logging.getLevelName(self.log_level)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment; raise ConfigError naming the first bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{ENV_PREFIX}{field.upper()}: {message}") from None

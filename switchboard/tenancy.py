@@ -1,0 +1,611 @@
+"""Humans, teams, endpoints, webhooks and routes: who owns what, and the tokens that prove it.
+
+Every function here takes the ``Database`` and does its work in one write transaction, so a
+refused request leaves nothing half-written. The CLI, the operator API and the web UI all call
+these; none of them writes these tables directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from switchboard.db import Database, utcnow
+from switchboard.errors import SwitchboardError, conflict, invalid, not_found
+from switchboard.ids import new_id, new_token, token_display, token_hash
+from switchboard.models import Endpoint, Human, Membership, Route, Team, Todo, Webhook
+from switchboard.plugins import Providers, UnknownKind
+from switchboard.vault import Vault, binding
+
+HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+QUEUE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+RESERVED_QUEUES = frozenset({"quarantine"})
+ROLES = ("owner", "admin", "member")
+
+VERB_FAMILIES: dict[str, tuple[str, ...]] = {
+    "basics": ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release"),
+    "reply": ("reply",),
+    # Hands the agent the owner's outbound credentials (it still never sees a secret).
+    "connections": ("list_connections", "create_connection", "rotate_connection", "delete_connection"),
+}
+ALL_VERBS = tuple(v for verbs in VERB_FAMILIES.values() for v in verbs)
+MAX_LEASE_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An owner scope: exactly one of a human or a team."""
+
+    human_id: str | None = None
+    team_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.human_id is None) == (self.team_id is None):
+            raise ValueError("an owner is exactly one human or one team")
+
+    @property
+    def id(self) -> str:
+        return self.human_id or self.team_id or ""
+
+    @classmethod
+    def of(cls, row: Any) -> Owner:
+        return cls(human_id=row.owner_human_id, team_id=row.owner_team_id)
+
+    def columns(self) -> dict[str, str | None]:
+        return {"owner_human_id": self.human_id, "owner_team_id": self.team_id}
+
+
+def check_handle(value: str, what: str = "handle") -> str:
+    if not isinstance(value, str) or not HANDLE_RE.fullmatch(value):
+        raise invalid(f"{what} {value!r} must match [a-z0-9][a-z0-9-]{{0,62}}")
+    return value
+
+
+def check_queue(value: str) -> str:
+    if not isinstance(value, str) or not QUEUE_RE.fullmatch(value):
+        raise invalid(f"queue {value!r} must match [a-z0-9][a-z0-9._-]{{0,62}}")
+    if value in RESERVED_QUEUES:
+        raise invalid(f"queue {value!r} is reserved")
+    return value
+
+
+def verbs_for(families: list[str]) -> list[str]:
+    """The verbs of the named families (``basics`` always included)."""
+    verbs: list[str] = []
+    for family in ["basics", *families]:
+        if family not in VERB_FAMILIES:
+            raise invalid(f"unknown verb family {family!r} (known: {', '.join(VERB_FAMILIES)})")
+        verbs += [v for v in VERB_FAMILIES[family] if v not in verbs]
+    return verbs
+
+
+def families_of(verbs: list[str]) -> list[str]:
+    return [f for f, members in VERB_FAMILIES.items() if set(members) <= set(verbs)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Humans and teams
+
+
+async def add_human(db: Database, handle: str, email: str | None = None) -> tuple[Human, str]:
+    """Create a human; returns the row and the ``sbo_`` token, which is never shown again."""
+    check_handle(handle)
+    if email is not None and (len(email) > 320 or "@" not in email or any(c.isspace() for c in email)):
+        raise invalid(f"email {email!r} is not an email address")
+    token = new_token("sbo")
+    human = Human(
+        id=new_id("hu"),
+        handle=handle,
+        email=email,
+        token_hash=token_hash(token),
+        token_display=token_display(token),
+        created_at=utcnow(),
+    )
+    try:
+        async with db.write() as s:
+            s.add(human)
+    except IntegrityError:
+        raise conflict(f"human {handle!r} already exists") from None
+    return human, token
+
+
+async def list_humans(db: Database) -> list[Human]:
+    async with db.read() as s:
+        return list((await s.scalars(select(Human).order_by(Human.handle))).all())
+
+
+async def human_by_token(db: Database, token: str) -> Human | None:
+    if not token.startswith("sbo_"):
+        return None
+    async with db.read() as s:
+        return await s.scalar(select(Human).where(Human.token_hash == token_hash(token)))
+
+
+async def _human(s: AsyncSession, handle: str) -> Human:
+    human = await s.scalar(select(Human).where(Human.handle == handle))
+    if human is None:
+        raise not_found(f"human {handle!r}")
+    return human
+
+
+async def _team(s: AsyncSession, slug: str) -> Team:
+    team = await s.scalar(select(Team).where(Team.slug == slug))
+    if team is None:
+        raise not_found(f"team {slug!r}")
+    return team
+
+
+async def add_team(db: Database, slug: str, owner_handle: str) -> Team:
+    check_handle(slug, "team slug")
+    try:
+        async with db.write() as s:
+            owner = await _human(s, owner_handle)
+            team = Team(id=new_id("tm"), slug=slug, created_at=utcnow())
+            s.add(team)
+            await s.flush()
+            s.add(Membership(team_id=team.id, human_id=owner.id, role="owner", created_at=utcnow()))
+    except IntegrityError:
+        raise conflict(f"team {slug!r} already exists") from None
+    return team
+
+
+async def list_teams(db: Database, human_id: str | None = None) -> list[dict[str, Any]]:
+    """Teams with their members; only the human's own teams when ``human_id`` is given."""
+    async with db.read() as s:
+        query = select(Team).order_by(Team.slug)
+        if human_id is not None:
+            query = query.join(Membership).where(Membership.human_id == human_id)
+        teams = list((await s.scalars(query)).all())
+        out = []
+        for team in teams:
+            rows = await s.execute(
+                select(Human.handle, Membership.role)
+                .join(Membership)
+                .where(Membership.team_id == team.id)
+                .order_by(Human.handle)
+            )
+            out.append(
+                {
+                    "id": team.id,
+                    "slug": team.slug,
+                    "created_at": team.created_at,
+                    "members": [{"handle": h, "role": r} for h, r in rows],
+                }
+            )
+        return out
+
+
+async def set_member(db: Database, slug: str, handle: str, role: str = "member") -> None:
+    """Add a member, or change an existing member's role."""
+    if role not in ROLES:
+        raise invalid(f"role {role!r} must be one of {', '.join(ROLES)}")
+    async with db.write() as s:
+        team, human = await _team(s, slug), await _human(s, handle)
+        row = await s.get(Membership, (team.id, human.id))
+        if row is None:
+            s.add(Membership(team_id=team.id, human_id=human.id, role=role, created_at=utcnow()))
+        else:
+            if row.role == "owner" and role != "owner":
+                await _keep_an_owner(s, team.id, human.id)
+            row.role = role
+
+
+async def remove_member(db: Database, slug: str, handle: str) -> None:
+    async with db.write() as s:
+        team, human = await _team(s, slug), await _human(s, handle)
+        row = await s.get(Membership, (team.id, human.id))
+        if row is None:
+            raise not_found(f"{handle!r} in team {slug!r}")
+        if row.role == "owner":
+            await _keep_an_owner(s, team.id, human.id)
+        await s.delete(row)
+
+
+async def _keep_an_owner(s: AsyncSession, team_id: str, leaving: str) -> None:
+    others = await s.scalar(
+        select(Membership.human_id)
+        .where(Membership.team_id == team_id, Membership.role == "owner", Membership.human_id != leaving)
+        .limit(1)
+    )
+    if others is None:
+        raise conflict("a team must keep at least one owner")
+
+
+async def role_in(s: AsyncSession, human_id: str, team_id: str) -> str | None:
+    row = await s.get(Membership, (team_id, human_id))
+    return row.role if row else None
+
+
+async def resolve_owner(db: Database, *, human: str | None = None, team: str | None = None) -> Owner:
+    """An owner scope from a human handle or a team slug (exactly one)."""
+    if (human is None) == (team is None):
+        raise invalid("name exactly one owner: a human handle or a team slug")
+    async with db.read() as s:
+        if human is not None:
+            return Owner(human_id=(await _human(s, human)).id)
+        return Owner(team_id=(await _team(s, team or "")).id)
+
+
+async def can_manage(s: AsyncSession, human_id: str, owner: Owner) -> bool:
+    """May this human manage the scope's endpoints, webhooks and connections?"""
+    if owner.human_id is not None:
+        return owner.human_id == human_id
+    return await role_in(s, human_id, owner.team_id or "") in ("owner", "admin")
+
+
+async def can_see(s: AsyncSession, human_id: str, owner: Owner) -> bool:
+    if owner.human_id is not None:
+        return owner.human_id == human_id
+    return await role_in(s, human_id, owner.team_id or "") is not None
+
+
+async def owner_label(s: AsyncSession, owner: Owner) -> str:
+    if owner.human_id:
+        handle = await s.scalar(select(Human.handle).where(Human.id == owner.human_id))
+        return f"human:{handle}"
+    slug = await s.scalar(select(Team.slug).where(Team.id == owner.team_id))
+    return f"team:{slug}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Endpoints
+
+
+async def vend_endpoint(
+    db: Database,
+    *,
+    name: str,
+    owner: Owner,
+    queues: list[str] | None = None,
+    families: list[str] | None = None,
+    expires_in_days: int | None = None,
+    default_lease_seconds: int = 300,
+) -> tuple[Endpoint, str]:
+    """Create an endpoint; returns it and its ``sbk_`` token, which is never shown again."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise invalid("name must be 1 to 200 characters")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:63]
+    check_handle(slug, "endpoint slug (from the name)")
+    queues = list(dict.fromkeys(queues or ["default"]))
+    for q in queues:
+        check_queue(q)
+    verbs = verbs_for(families or [])
+    if expires_in_days is not None and not 1 <= expires_in_days <= 3650:
+        raise invalid("expires-in-days must be between 1 and 3650")
+    if not 1 <= default_lease_seconds <= MAX_LEASE_SECONDS:
+        raise invalid(f"default lease must be between 1 and {MAX_LEASE_SECONDS} seconds")
+    token = new_token("sbk")
+    now = utcnow()
+    endpoint = Endpoint(
+        id=new_id("ep"),
+        slug=slug,
+        name=name.strip(),
+        token_hash=token_hash(token),
+        token_display=token_display(token),
+        queues=queues,
+        verbs=verbs,
+        state="active",
+        expires_at=now + timedelta(days=expires_in_days) if expires_in_days else None,
+        default_lease_seconds=default_lease_seconds,
+        created_at=now,
+        **owner.columns(),
+    )
+    try:
+        async with db.write() as s:
+            s.add(endpoint)
+    except IntegrityError:
+        raise conflict(f"endpoint {slug!r} already exists") from None
+    return endpoint, token
+
+
+def endpoint_is_live(endpoint: Endpoint, now: datetime | None = None) -> bool:
+    now = now or utcnow()
+    return endpoint.state == "active" and (endpoint.expires_at is None or endpoint.expires_at > now)
+
+
+async def endpoint_by_token(db: Database, token: str) -> Endpoint | None:
+    """The live endpoint a bearer token names; None for unknown, revoked or expired."""
+    if not token.startswith("sbk_"):
+        return None
+    async with db.read() as s:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.token_hash == token_hash(token)))
+    return endpoint if endpoint is not None and endpoint_is_live(endpoint) else None
+
+
+async def get_endpoint(db: Database, slug: str) -> Endpoint:
+    async with db.read() as s:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == slug))
+    if endpoint is None:
+        raise not_found(f"endpoint {slug!r}")
+    return endpoint
+
+
+async def list_endpoints(db: Database, owner: Owner | None = None) -> list[Endpoint]:
+    async with db.read() as s:
+        query = select(Endpoint).order_by(Endpoint.created_at)
+        if owner is not None:
+            query = (
+                query.where(Endpoint.owner_human_id == owner.human_id)
+                if owner.human_id
+                else query.where(Endpoint.owner_team_id == owner.team_id)
+            )
+        return list((await s.scalars(query)).all())
+
+
+async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
+    """Kill the token and dead-letter the endpoint's open todos (the server closes its sessions)."""
+    now = utcnow()
+    async with db.write() as s:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == slug))
+        if endpoint is None:
+            raise not_found(f"endpoint {slug!r}")
+        if endpoint.state == "revoked":
+            return endpoint
+        endpoint.state, endpoint.revoked_at = "revoked", now
+        await s.execute(
+            update(Todo)
+            .where(
+                Todo.endpoint_id == endpoint.id,
+                Todo.state.in_(("pending", "claimed", "failed")),
+                Todo.dead_letter.is_(False),
+            )
+            .values(
+                state="failed",
+                dead_letter=True,
+                next_retry_at=None,
+                lease_expires_at=None,
+                lease_token_hash=None,
+                next_ring_at=None,
+                updated_at=now,
+            )
+        )
+    return endpoint
+
+
+def endpoint_view(endpoint: Endpoint, owner: str | None = None) -> dict[str, Any]:
+    """An endpoint as every surface shows it: the token only as its display prefix."""
+    return {
+        "id": endpoint.id,
+        "slug": endpoint.slug,
+        "name": endpoint.name,
+        **({"owner": owner} if owner else {}),
+        "token_prefix": endpoint.token_display,
+        "queues": endpoint.queues,
+        "verbs": endpoint.verbs,
+        "families": families_of(endpoint.verbs),
+        "state": endpoint.state,
+        "expires_at": endpoint.expires_at,
+        "default_lease_seconds": endpoint.default_lease_seconds,
+        "created_at": endpoint.created_at,
+        "revoked_at": endpoint.revoked_at,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Webhooks and routes
+
+
+@dataclass(frozen=True)
+class NewWebhook:
+    webhook: Webhook
+    ingest_token: str
+    # Shown once, for kinds whose secret Switchboard mints.
+    secret: str | None
+
+
+def _mint_secret() -> str:
+    return new_token("whsec", 24)
+
+
+async def create_webhook(
+    db: Database,
+    vault: Vault,
+    providers: Providers,
+    *,
+    endpoint_slug: str,
+    source: str,
+    queue: str | None = None,
+) -> NewWebhook:
+    try:
+        kind = providers.source(source)
+    except UnknownKind:
+        raise invalid(
+            f"unknown source kind {source!r} (known: {', '.join(sorted(providers.sources))})"
+        ) from None
+    ingest_token = new_token("wh", 24)
+    async with db.write() as s:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
+        if endpoint is None:
+            raise not_found(f"endpoint {endpoint_slug!r}")
+        if not endpoint_is_live(endpoint):
+            raise conflict(f"endpoint {endpoint_slug!r} is not active")
+        queue = queue or endpoint.queues[0]
+        check_queue(queue)
+        if queue not in endpoint.queues:
+            raise invalid(f"queue {queue!r} is not granted to endpoint {endpoint_slug!r}")
+        webhook = Webhook(
+            id=new_id("wh"),
+            endpoint_id=endpoint.id,
+            source=source,
+            queue=queue,
+            ingest_token_hash=token_hash(ingest_token),
+            ingest_token_display=token_display(ingest_token),
+            trust_mode="token" if kind.secret == "none" else "signed",
+            secret_state={"minted": "set", "provider": "awaiting", "none": "none"}[kind.secret],
+            created_at=utcnow(),
+        )
+        secret = _mint_secret() if kind.secret == "minted" else None
+        if secret is not None:
+            webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(
+                secret, binding("webhooks", "secret", webhook.id), allow_plaintext=True
+            )
+        s.add(webhook)
+    return NewWebhook(webhook, ingest_token, secret)
+
+
+async def _webhook(s: AsyncSession, webhook_id: str) -> Webhook:
+    webhook = await s.get(Webhook, webhook_id)
+    if webhook is None:
+        raise not_found(f"webhook {webhook_id!r}")
+    return webhook
+
+
+async def get_webhook(db: Database, webhook_id: str) -> Webhook:
+    async with db.read() as s:
+        return await _webhook(s, webhook_id)
+
+
+async def rotate_webhook_secret(db: Database, vault: Vault, providers: Providers, webhook_id: str) -> str:
+    """Mint a new signing secret (minted kinds only); returns it, shown once."""
+    async with db.write() as s:
+        webhook = await _webhook(s, webhook_id)
+        kind = providers.sources.get(webhook.source)
+        if kind is None or kind.secret != "minted":
+            raise invalid(
+                f"a {webhook.source} webhook's secret is not minted by Switchboard "
+                f"({'use set-secret' if kind and kind.secret == 'provider' else 'it has none'})"
+            )
+        secret = _mint_secret()
+        webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(
+            secret, binding("webhooks", "secret", webhook.id), allow_plaintext=True
+        )
+        webhook.secret_rotated_at = utcnow()
+    return secret
+
+
+async def set_webhook_secret(
+    db: Database, vault: Vault, providers: Providers, webhook_id: str, secret: str
+) -> Webhook:
+    secret = secret.strip()
+    if not secret or len(secret) > 512 or any(c.isspace() for c in secret):
+        raise invalid("the secret must be 1 to 512 characters with no spaces")
+    async with db.write() as s:
+        webhook = await _webhook(s, webhook_id)
+        kind = providers.sources.get(webhook.source)
+        if kind is None or kind.secret != "provider":
+            raise invalid(
+                f"a {webhook.source} webhook's secret is not set by hand "
+                f"({'use rotate' if kind and kind.secret == 'minted' else 'it has none'})"
+            )
+        webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(
+            secret, binding("webhooks", "secret", webhook.id), allow_plaintext=True
+        )
+        webhook.secret_state = "set"
+        webhook.secret_rotated_at = utcnow()
+    return webhook
+
+
+def webhook_secret(vault: Vault, webhook: Webhook) -> str | None:
+    if webhook.secret_ciphertext is None or webhook.secret_key_id is None:
+        return None
+    return vault.open(
+        webhook.secret_ciphertext, webhook.secret_key_id, binding("webhooks", "secret", webhook.id)
+    )
+
+
+async def delete_webhook(db: Database, webhook_id: str) -> None:
+    async with db.write() as s:
+        await s.delete(await _webhook(s, webhook_id))
+
+
+async def list_webhooks(
+    db: Database, endpoint_slug: str | None = None, owner: Owner | None = None
+) -> list[dict[str, Any]]:
+    async with db.read() as s:
+        query = select(Webhook, Endpoint.slug).join(Endpoint).order_by(Webhook.created_at)
+        if endpoint_slug is not None:
+            query = query.where(Endpoint.slug == endpoint_slug)
+        if owner is not None:
+            query = (
+                query.where(Endpoint.owner_human_id == owner.human_id)
+                if owner.human_id
+                else query.where(Endpoint.owner_team_id == owner.team_id)
+            )
+        rows = (await s.execute(query)).all()
+        out = []
+        for webhook, slug in rows:
+            routes = (
+                (
+                    await s.execute(
+                        select(Endpoint.slug)
+                        .join(Route, Route.endpoint_id == Endpoint.id)
+                        .where(Route.webhook_id == webhook.id)
+                        .order_by(Route.created_at)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            out.append(webhook_view(webhook, slug, list(routes)))
+        return out
+
+
+def webhook_view(webhook: Webhook, endpoint_slug: str, routes: list[str] | None = None) -> dict[str, Any]:
+    """A webhook as every surface shows it: never its secret, the ingest token only as a prefix."""
+    return {
+        "id": webhook.id,
+        "endpoint": endpoint_slug,
+        "source": webhook.source,
+        "queue": webhook.queue,
+        "trust_mode": webhook.trust_mode,
+        "secret_state": webhook.secret_state,
+        "ingest_token_prefix": webhook.ingest_token_display,
+        "routes": routes or [],
+        "created_at": webhook.created_at,
+        "secret_rotated_at": webhook.secret_rotated_at,
+    }
+
+
+def ingest_url(base_url: str, ingest_token: str) -> str:
+    return f"{base_url.rstrip('/')}/webhooks/{ingest_token}"
+
+
+async def add_route(
+    db: Database, webhook_id: str, endpoint_slug: str, *, consenting_human_id: str | None = None
+) -> Route:
+    """Fan a webhook out to another endpoint. Across owner scopes, a human caller must administer
+    both; the CLI (the instance operator) passes no human and is trusted."""
+    async with db.write() as s:
+        webhook = await _webhook(s, webhook_id)
+        target = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
+        if target is None:
+            raise not_found(f"endpoint {endpoint_slug!r}")
+        if target.id == webhook.endpoint_id:
+            raise invalid("the webhook's own endpoint always receives its deliveries")
+        if not endpoint_is_live(target):
+            raise conflict(f"endpoint {endpoint_slug!r} is not active")
+        source = await s.get(Endpoint, webhook.endpoint_id)
+        assert source is not None
+        if consenting_human_id is not None and not (
+            await can_manage(s, consenting_human_id, Owner.of(source))
+            and await can_manage(s, consenting_human_id, Owner.of(target))
+        ):
+            raise SwitchboardError("forbidden", "a route into another scope needs that scope's consent")
+        if webhook.queue not in target.queues:
+            raise invalid(f"endpoint {endpoint_slug!r} is not granted queue {webhook.queue!r}")
+        route = Route(id=new_id("rt"), webhook_id=webhook.id, endpoint_id=target.id, created_at=utcnow())
+        s.add(route)
+        try:
+            await s.flush()
+        except IntegrityError:
+            raise conflict(f"endpoint {endpoint_slug!r} is already a route of this webhook") from None
+    return route
+
+
+async def remove_route(db: Database, webhook_id: str, endpoint_slug: str) -> None:
+    async with db.write() as s:
+        await _webhook(s, webhook_id)
+        route = await s.scalar(
+            select(Route)
+            .join(Endpoint, Route.endpoint_id == Endpoint.id)
+            .where(Route.webhook_id == webhook_id, Endpoint.slug == endpoint_slug)
+        )
+        if route is None:
+            raise not_found(f"route to {endpoint_slug!r} on webhook {webhook_id!r}")
+        await s.delete(route)
