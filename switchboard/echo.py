@@ -15,8 +15,14 @@ from switchboard.models import Connection, Reply
 from switchboard.provider import EchoClues
 
 
-async def is_own_reply(s: AsyncSession, owner_scopes: list[str], clues: EchoClues) -> bool:
-    """True when the clues name a reply (or a posting bot) recorded in one of ``owner_scopes``."""
+async def is_own_reply(
+    s: AsyncSession, owner_scopes: list[str], clues: EchoClues, thread_key: str | None = None
+) -> bool:
+    """True when the clues name a reply (or a posting bot) recorded in one of ``owner_scopes``.
+
+    ``thread_key`` is the display of the delivery's derived address: a marker only counts when its
+    reply was posted to that same thread.
+    """
     if not owner_scopes:
         return False
     if clues.object_ids:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,15 +98,14 @@ class EchoClues:
     """What in a delivery could show it is Switchboard's own reply; the core does the matching.
 
     ``object_ids``: provider object ids of the thing that was posted (forge comment id, Slack
-    ``channel:ts``, Cairn comment id). ``marker``: the reply id named by an invisible marker.
-    ``bot_id``: the Slack bot that posted. ``thread_key``: the thread the delivery belongs to, which
-    a marker's reply must share.
+    ``channel:ts``, Cairn comment id). ``marker``: the reply id named by an invisible marker (see
+    ``find_marker``). ``bot_id``: the bot that posted (Slack). The core adds the thread (the derived
+    address's display), which a marker's reply must share.
     """
 
     object_ids: tuple[str, ...] = ()
     marker: str | None = None
     bot_id: str | None = None
-    thread_key: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +197,26 @@ class ConnectionKind:
     test: Callable[[ConnectionCheck], Awaitable[CheckResult]]
     default_account_key: str | None = None
     description: str = ""
+
+
+# The invisible marker a reply carries, naming its reply id, so that the provider's webhook for our
+# own post is recognised even when it arrives before the POST returns. Forges and Cairn append it as
+# a trailing HTML comment; Slack carries it in message metadata (event_type below).
+MARKER_EVENT_TYPE = "switchboard_reply"
+_MARKER_RE = re.compile(r"<!--\s*switchboard:reply:(rp_[0-9a-z]{26})\s*-->\s*\Z")
+
+
+def reply_marker(reply_id: str) -> str:
+    """The trailing HTML comment a forge or Cairn reply ends with."""
+    return f"\n\n<!-- switchboard:reply:{reply_id} -->"
+
+
+def find_marker(text: object) -> str | None:
+    """The reply id in a trailing marker of ``text``, if any."""
+    if not isinstance(text, str):
+        return None
+    match = _MARKER_RE.search(text)
+    return match.group(1) if match else None
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:
