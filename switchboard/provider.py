@@ -241,3 +241,64 @@ def one_line(text: str, limit: int = 80) -> str:
     """Collapse whitespace to one line and cut to ``limit`` characters (for titles)."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict address field checks (SPEC §6.1). A field that fails is a reason for *no* address, never
+# for a cleaned-up one, so these answer yes/no (or the exact value) and never repair their input.
+
+_REPO_RE = re.compile(r"[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100}")
+_HOST_RE = re.compile(
+    r"(?=.{1,253}(?::|\Z))[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
+    r"(?::[1-9][0-9]{0,4})?"
+)
+_SLACK_ID_RE = re.compile(r"[A-Z0-9]{1,40}")
+_SLACK_TS_RE = re.compile(r"[0-9]{1,12}\.[0-9]{1,12}")
+
+
+def valid_repo(value: object) -> str | None:
+    """``owner/name`` with the forge charset and no ``..``; None if anything else."""
+    if isinstance(value, str) and _REPO_RE.fullmatch(value) and ".." not in value:
+        owner, name = value.split("/")
+        # "." alone is a path segment, not a name.
+        if owner not in (".",) and name not in (".",):
+            return value
+    return None
+
+
+def valid_number(value: object) -> int | None:
+    """A positive issue/PR number (a JSON integer, not a bool or a string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+        return value
+    return None
+
+
+def valid_host(value: object) -> str | None:
+    """A lower-case DNS host name with an optional port (no user info, no path, no IP tricks)."""
+    if isinstance(value, str) and _HOST_RE.fullmatch(value):
+        return value
+    return None
+
+
+def valid_slack_id(value: object) -> str | None:
+    return value if isinstance(value, str) and _SLACK_ID_RE.fullmatch(value) else None
+
+
+def valid_slack_ts(value: object) -> str | None:
+    return value if isinstance(value, str) and _SLACK_TS_RE.fullmatch(value) else None
+
+
+def origin_of(url: object, schemes: tuple[str, ...] = ("https", "http")) -> tuple[str, str] | None:
+    """``(scheme, host[:port])`` of an absolute URL whose parts pass the strict checks, else None.
+
+    The URL is not repaired: upper-case hosts, user info, backslashes, spaces, control characters or
+    an odd scheme all answer None.
+    """
+    if not isinstance(url, str) or len(url) > 2048 or not url.isascii() or not url.isprintable():
+        return None
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in schemes or any(c in rest for c in " \\@"):
+        return None
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    host = valid_host(netloc)
+    return (scheme, host) if host else None

@@ -1,16 +1,148 @@
-"""The cairn provider for Switchboard."""
+"""The cairn provider for Switchboard: artifact events in, artifact comments out.
+
+Inbound: ``X-Cairn-Signature: sha256=<hex HMAC-SHA256(secret, raw body)>``. The body must carry
+``event_id`` and ``created_at`` (RFC 3339, within ±300 s of arrival, which bounds replays); an
+``X-Cairn-Event-Id`` header, when sent, must equal the body's ``event_id``. Events about an
+artifact (``artifact.*``, and comments on one) get a ``cairn_comment`` reply address.
+
+A delivery looks like::
+
+    {"event_id": "evt_…", "type": "artifact.created", "created_at": "2026-11-30T10:00:00Z",
+     "artifact": {"id": "art_…", "title": "…", "url": "https://cairn.example.com/artifacts/art_…"},
+     "comment": {"id": "cmt_…", "body": "…"},          # comment.* events only
+     "actor": {"id": "usr_…", "name": "…"}}
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from switchboard.hookspecs import hookimpl
-from switchboard.provider import SourceKind
+from switchboard.provider import (
+    Address,
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    find_marker,
+    hmac_sha256_hex,
+    json_object,
+    one_line,
+    origin_of,
+    same,
+)
 
 KIND = "cairn"
+TOLERANCE_SECONDS = 300
+EVENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+ARTIFACT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+COMMENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+HOUSEKEEPING_EVENTS = frozenset({"ping", "webhook.test"})
+
+# ---------------------------------------------------------------------------------------------
+# Inbound: register the source kind, verify, derive the reply address, find echo clues.
 
 
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
-    register(SourceKind(KIND, secret="minted"))
+    register(SourceKind(KIND, secret="minted", description="Cairn artifact and comment events."))
+
+
+def _created_at(value: object) -> datetime | None:
+    if not isinstance(value, str) or not 20 <= len(value) <= 40 or not value.isascii():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    header = delivery.headers.get("X-Cairn-Signature", "").strip()
+    if not header:
+        return Verdict.refuse("X-Cairn-Signature missing")
+    scheme, _, given = header.partition("=")
+    if scheme != "sha256" or not given:
+        return Verdict.refuse("X-Cairn-Signature malformed")
+    if not same(hmac_sha256_hex(delivery.secret or "", delivery.body), given):
+        return Verdict.refuse("signature mismatch")
+    payload = json_object(delivery.body)
+    if payload is None:
+        return Verdict.bad_body("body is not a JSON object")
+    event_id = payload.get("event_id")
+    if not isinstance(event_id, str) or not EVENT_ID_RE.fullmatch(event_id):
+        return Verdict.refuse("event_id missing or malformed")
+    created = _created_at(payload.get("created_at"))
+    if created is None:
+        return Verdict.refuse("created_at missing or malformed")
+    try:
+        skew = abs((delivery.received_at - created).total_seconds())
+    except OverflowError:  # a year-1 or year-9999 timestamp with an offset
+        skew = float("inf")
+    if skew > TOLERANCE_SECONDS:
+        return Verdict.refuse("created_at outside the 300 s window")
+    header_id = delivery.headers.get("X-Cairn-Event-Id")
+    if header_id is not None and not same(header_id.strip(), event_id):
+        return Verdict.refuse("X-Cairn-Event-Id does not match the body's event_id")
+    event = payload.get("type") if isinstance(payload.get("type"), str) else "unknown"
+    return Verdict(
+        ok=True,
+        detail="sha256 signature ok",
+        payload=payload,
+        event=one_line(event, 100),
+        delivery_key=event_id,
+        title=_title(event, payload),
+        ignore=event in HOUSEKEEPING_EVENTS,
+    )
+
+
+def _title(event: str, payload: dict[str, Any]) -> str:
+    artifact = payload.get("artifact") if isinstance(payload.get("artifact"), dict) else {}
+    name = artifact.get("title") if isinstance(artifact.get("title"), str) else ""
+    ident = artifact.get("id") if isinstance(artifact.get("id"), str) else "?"
+    return one_line(f"Cairn {event} on {one_line(ident, 60)} — {one_line(name, 100)}", 200)
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    artifact = payload.get("artifact")
+    if not isinstance(artifact, dict):
+        return None
+    artifact_id = artifact.get("id")
+    origin = origin_of(artifact.get("url"))
+    if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id) or origin is None:
+        return None
+    scheme, host = origin
+    return Address(
+        kind="cairn_comment",
+        provider=KIND,
+        display=f"{KIND} {host} artifact {artifact_id}",
+        fields={"instance": f"{scheme}://{host}", "artifact_id": artifact_id},
+    )
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    comment = payload.get("comment")
+    if not isinstance(comment, dict):
+        return EchoClues()
+    comment_id = comment.get("id")
+    return EchoClues(
+        object_ids=(comment_id,)
+        if isinstance(comment_id, str) and COMMENT_ID_RE.fullmatch(comment_id)
+        else (),
+        marker=find_marker(comment.get("body")),
+    )

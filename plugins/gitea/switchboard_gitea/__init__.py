@@ -1,4 +1,11 @@
-"""The gitea provider for Switchboard."""
+"""The gitea provider for Switchboard (Gitea and Forgejo): verified webhooks in, replies out.
+
+Inbound: ``X-Gitea-Signature`` or ``X-Forgejo-Signature`` (bare hex HMAC-SHA256 of the raw body) or
+the GitHub-style ``X-Hub-Signature-256: sha256=<hex>``; every signature header that is present
+must match, and an empty one counts as missing. The event comes from ``X-Gitea-Event-Type`` (or
+``X-Forgejo-Event-Type``), which is finer than ``X-Gitea-Event``. Careful: ``pull_request_comment``
+means a plain comment on a PR in ``*-Event-Type`` but a *review* comment in ``*-Event``.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,190 @@ from collections.abc import Callable
 from typing import Any
 
 from switchboard.hookspecs import hookimpl
-from switchboard.provider import SourceKind
+from switchboard.provider import (
+    Address,
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    find_marker,
+    hmac_sha256_hex,
+    json_object,
+    one_line,
+    origin_of,
+    same,
+    valid_number,
+    valid_repo,
+)
 
 KIND = "gitea"
+SIGNATURE_HEADERS = ("X-Gitea-Signature", "X-Forgejo-Signature")
+DELIVERY_HEADERS = ("X-Gitea-Delivery", "X-Forgejo-Delivery", "X-Gogs-Delivery", "X-GitHub-Delivery")
+
+# X-Gitea-Event-Type (fine) → the GitHub-style family this kind of delivery belongs to.
+FINE_EVENTS = {
+    "issues": "issues",
+    "issue_assign": "issues",
+    "issue_label": "issues",
+    "issue_milestone": "issues",
+    "issue_comment": "issue_comment",
+    # A comment on a pull request's conversation (an issue-comment payload with is_pull).
+    "pull_request_comment": "issue_comment",
+    "pull_request": "pull_request",
+    "pull_request_assign": "pull_request",
+    "pull_request_label": "pull_request",
+    "pull_request_milestone": "pull_request",
+    "pull_request_sync": "pull_request",
+    "pull_request_review_request": "pull_request",
+    "pull_request_review_approved": "pull_request_review",
+    "pull_request_review_rejected": "pull_request_review",
+    "pull_request_review_comment": "pull_request_review_comment",
+}
+# X-Gitea-Event (coarse), only for old servers that do not send the fine header.
+COARSE_EVENTS = {
+    "issues": "issues",
+    "issue_comment": "issue_comment",
+    "pull_request": "pull_request",
+    "pull_request_approved": "pull_request_review",
+    "pull_request_rejected": "pull_request_review",
+    # Here it is a review comment, unlike the fine header.
+    "pull_request_comment": "pull_request_review_comment",
+}
+CONVERSATION_EVENTS = frozenset(FINE_EVENTS.values())
+HOUSEKEEPING_EVENTS = frozenset({"ping"})
+
+# ---------------------------------------------------------------------------------------------
+# Inbound: register the source kind, verify, derive the reply address, find echo clues.
 
 
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
-    register(SourceKind(KIND, secret="minted"))
+    register(SourceKind(KIND, secret="minted", description="Gitea or Forgejo repository webhooks."))
+
+
+def _header(delivery: Delivery, *names: str) -> str:
+    for name in names:
+        value = delivery.headers.get(name, "").strip()
+        if value:
+            return value
+    return ""
+
+
+def _event(delivery: Delivery) -> str:
+    """The event family (``issues``, ``issue_comment``, …) or the raw event name for the rest."""
+    fine = _header(delivery, "X-Gitea-Event-Type", "X-Forgejo-Event-Type")
+    if fine:
+        return FINE_EVENTS.get(fine, fine)
+    coarse = _header(delivery, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event", "X-GitHub-Event")
+    return COARSE_EVENTS.get(coarse, coarse) or "unknown"
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    expected = hmac_sha256_hex(delivery.secret or "", delivery.body)
+    checks = []
+    for name in SIGNATURE_HEADERS:
+        value = delivery.headers.get(name, "").strip()
+        if value:
+            checks.append(same(expected, value))
+    hub = delivery.headers.get("X-Hub-Signature-256", "").strip()
+    if hub:
+        scheme, _, given = hub.partition("=")
+        checks.append(scheme == "sha256" and same(expected, given))
+    if not checks:
+        return Verdict.refuse("signature header missing")
+    if not all(checks):
+        return Verdict.refuse("signature mismatch")
+    payload = json_object(delivery.body)
+    if payload is None:
+        return Verdict.bad_body("body is not a JSON object")
+    event = _event(delivery)
+    action = payload.get("action")
+    dotted = f"{event}.{action}" if isinstance(action, str) and action else event
+    return Verdict(
+        ok=True,
+        detail="sha256 signature ok",
+        payload=payload,
+        event=one_line(dotted, 100),
+        delivery_key=_header(delivery, *DELIVERY_HEADERS) or None,
+        title=_title(event, payload),
+        ignore=event in HOUSEKEEPING_EVENTS,
+    )
+
+
+def _subject(payload: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """The issue or pull request the delivery is about, and whether it is a pull request."""
+    pull, issue = payload.get("pull_request"), payload.get("issue")
+    if isinstance(pull, dict):
+        return pull, True
+    if isinstance(issue, dict):
+        return issue, bool(issue.get("pull_request")) or payload.get("is_pull") is True
+    return None, False
+
+
+def _title(event: str, payload: dict[str, Any]) -> str:
+    repo_info = payload.get("repository")
+    repo = repo_info.get("full_name") if isinstance(repo_info, dict) else None
+    where = f" in {repo}" if isinstance(repo, str) else ""
+    action = payload.get("action") if isinstance(payload.get("action"), str) else ""
+    if event == "push":
+        ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
+        commits = payload.get("commits") if isinstance(payload.get("commits"), list) else []
+        return one_line(f"Push to {ref.removeprefix('refs/heads/')}{where} ({len(commits)} commits)", 200)
+    subject, is_pull = _subject(payload)
+    if subject is None:
+        return one_line(f"Gitea {event} {action}{where}", 200)
+    verb = {
+        "issue_comment": "commented",
+        "pull_request_review": f"review {action}",
+        "pull_request_review_comment": "review commented",
+    }.get(event, action)
+    number = subject.get("number")
+    title = subject.get("title") if isinstance(subject.get("title"), str) else ""
+    noun = "PR" if is_pull else "Issue"
+    return one_line(f"{noun} #{number} {verb}{where} — {one_line(title, 120)}", 200)
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
+        return None
+    repository = payload.get("repository")
+    subject, _ = _subject(payload)
+    if not isinstance(repository, dict) or subject is None:
+        return None
+    # Self-hosted forges often run on plain http inside a network; the reply side decides whether
+    # it may dial it (the connection's https base URL and the outbound guard).
+    origin = origin_of(repository.get("html_url"))
+    repo = valid_repo(repository.get("full_name"))
+    number = valid_number(subject.get("number"))
+    if origin is None or repo is None or number is None:
+        return None
+    host = origin[1]
+    return Address(
+        kind="forge_comment",
+        provider=KIND,
+        display=f"{KIND} {host}/{repo}#{number}",
+        fields={"host": host, "repo": repo, "number": number},
+    )
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    comment = payload.get("comment")
+    if not isinstance(comment, dict):
+        return EchoClues()
+    comment_id = comment.get("id")
+    is_id = isinstance(comment_id, int) and not isinstance(comment_id, bool) and comment_id > 0
+    return EchoClues(
+        object_ids=(str(comment_id),) if is_id else (),
+        marker=find_marker(comment.get("body")),
+    )

@@ -1,16 +1,158 @@
-"""The github provider for Switchboard."""
+"""The github provider for Switchboard: verified webhooks in, replies out.
+
+Inbound: ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, raw body)>``, the delivery id from
+``X-GitHub-Delivery``, the event from ``X-GitHub-Event``. Issue and pull request conversations get a
+``forge_comment`` reply address; ``ping`` is housekeeping.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from switchboard.hookspecs import hookimpl
-from switchboard.provider import SourceKind
+from switchboard.provider import (
+    Address,
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    find_marker,
+    hmac_sha256_hex,
+    json_object,
+    one_line,
+    origin_of,
+    same,
+    valid_number,
+    valid_repo,
+)
 
 KIND = "github"
+# The events whose conversation a reply can join (an issue or a pull request thread).
+CONVERSATION_EVENTS = frozenset(
+    {"issues", "issue_comment", "pull_request", "pull_request_review", "pull_request_review_comment"}
+)
+HOUSEKEEPING_EVENTS = frozenset({"ping"})
+
+# ---------------------------------------------------------------------------------------------
+# Inbound: register the source kind, verify, derive the reply address, find echo clues.
 
 
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
-    register(SourceKind(KIND, secret="minted"))
+    register(SourceKind(KIND, secret="minted", description="GitHub repository or organisation webhooks."))
+
+
+def _body_json(delivery: Delivery) -> dict[str, Any] | None:
+    """The JSON object of a delivery, sent as JSON or form-encoded (``payload=…``)."""
+    content_type = delivery.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if content_type == "application/x-www-form-urlencoded":
+        try:
+            form = parse_qs(delivery.body.decode("utf-8"), strict_parsing=True, max_num_fields=10)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        values = form.get("payload", [])
+        return json_object(values[0].encode()) if len(values) == 1 else None
+    return json_object(delivery.body)
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    header = delivery.headers.get("X-Hub-Signature-256", "").strip()
+    if not header:
+        return Verdict.refuse("X-Hub-Signature-256 missing")
+    scheme, _, given = header.partition("=")
+    if scheme != "sha256" or not given:
+        return Verdict.refuse("X-Hub-Signature-256 malformed")
+    if not same(hmac_sha256_hex(delivery.secret or "", delivery.body), given):
+        return Verdict.refuse("signature mismatch")
+    payload = _body_json(delivery)
+    if payload is None:
+        return Verdict.bad_body("body is not a JSON object")
+    event = delivery.headers.get("X-GitHub-Event", "").strip() or "unknown"
+    action = payload.get("action")
+    dotted = f"{event}.{action}" if isinstance(action, str) and action else event
+    delivery_id = delivery.headers.get("X-GitHub-Delivery", "").strip()
+    return Verdict(
+        ok=True,
+        detail="sha256 signature ok",
+        payload=payload,
+        event=one_line(dotted, 100),
+        delivery_key=delivery_id or None,
+        title=_title(event, payload),
+        ignore=event in HOUSEKEEPING_EVENTS,
+    )
+
+
+def _title(event: str, payload: dict[str, Any]) -> str:
+    """``PR #7 opened in acme/api — Fix race``: a one-line summary, built from data only."""
+    repo_info = payload.get("repository")
+    repo = repo_info.get("full_name") if isinstance(repo_info, dict) else None
+    where = f" in {repo}" if isinstance(repo, str) else ""
+    action = payload.get("action") if isinstance(payload.get("action"), str) else ""
+    issue = payload.get("issue") if isinstance(payload.get("issue"), dict) else None
+    pull = payload.get("pull_request") if isinstance(payload.get("pull_request"), dict) else None
+    if event == "ping":
+        return "Ping from GitHub" + where
+    if event == "push":
+        ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
+        commits = payload.get("commits") if isinstance(payload.get("commits"), list) else []
+        return one_line(f"Push to {ref.removeprefix('refs/heads/')}{where} ({len(commits)} commits)", 200)
+    subject, noun = (pull, "PR") if pull is not None else (issue, "Issue")
+    if issue is not None and issue.get("pull_request"):
+        noun = "PR"
+    if subject is None:
+        return one_line(f"GitHub {event} {action}{where}", 200)
+    verb = {
+        "issue_comment": "commented",
+        "pull_request_review": f"review {action}",
+        "pull_request_review_comment": f"review comment {action}",
+    }.get(event, action)
+    number = subject.get("number")
+    title = subject.get("title") if isinstance(subject.get("title"), str) else ""
+    return one_line(f"{noun} #{number} {verb}{where} — {one_line(title, 120)}", 200)
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
+        return None
+    repository = payload.get("repository")
+    subject = payload.get("pull_request") or payload.get("issue")
+    if not isinstance(repository, dict) or not isinstance(subject, dict):
+        return None
+    origin = origin_of(repository.get("html_url"), schemes=("https",))
+    repo = valid_repo(repository.get("full_name"))
+    number = valid_number(subject.get("number"))
+    if origin is None or repo is None or number is None:
+        return None
+    host = origin[1]
+    return Address(
+        kind="forge_comment",
+        provider=KIND,
+        display=f"{KIND} {host}/{repo}#{number}",
+        fields={"host": host, "repo": repo, "number": number},
+    )
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    comment = payload.get("comment")
+    if not isinstance(comment, dict):
+        return EchoClues()
+    comment_id = comment.get("id")
+    # Comment ids outgrew 32 bits long ago: any positive JSON integer.
+    is_id = isinstance(comment_id, int) and not isinstance(comment_id, bool) and comment_id > 0
+    return EchoClues(
+        object_ids=(str(comment_id),) if is_id else (),
+        marker=find_marker(comment.get("body")),
+    )

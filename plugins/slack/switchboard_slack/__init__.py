@@ -1,16 +1,191 @@
-"""The slack provider for Switchboard."""
+"""The slack provider for Switchboard: Events API deliveries in, thread replies out.
+
+Inbound: ``X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret, "v0:{ts}:{body}")>`` with
+``X-Slack-Request-Timestamp`` within ±300 s. A verified ``url_verification`` is answered with its
+``challenge`` and stores nothing. Channel messages and ``app_mention`` get a ``slack_thread`` reply
+address; edits, deletions, joins and other housekeeping subtypes are stored as ignored.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from switchboard.hookspecs import hookimpl
-from switchboard.provider import SourceKind
+from switchboard.provider import (
+    MARKER_EVENT_TYPE,
+    Address,
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    hmac_sha256_hex,
+    json_object,
+    one_line,
+    same,
+    valid_slack_id,
+    valid_slack_ts,
+)
 
 KIND = "slack"
+TOLERANCE_SECONDS = 300
+REPLY_ID_RE = re.compile(r"rp_[0-9a-z]{26}")
+# Message subtypes that are someone saying something; every other subtype is housekeeping
+# (message_changed, message_deleted, channel_join, channel_topic, …).
+WORK_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "bot_message", "me_message"})
+HOUSEKEEPING_EVENTS = frozenset(
+    {
+        "member_joined_channel",
+        "member_left_channel",
+        "channel_created",
+        "channel_deleted",
+        "channel_rename",
+        "channel_archive",
+        "channel_unarchive",
+        "group_rename",
+        "app_uninstalled",
+        "tokens_revoked",
+        "app_home_opened",
+        "user_typing",
+    }
+)
+
+# ---------------------------------------------------------------------------------------------
+# Inbound: register the source kind, verify, derive the reply address, find echo clues.
 
 
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
-    register(SourceKind(KIND, secret="provider"))
+    register(
+        SourceKind(KIND, secret="provider", description="Slack Events API (signing secret from the app).")
+    )
+
+
+@hookimpl
+def verify(delivery: Delivery) -> Verdict | None:
+    if delivery.source != KIND:
+        return None
+    header = delivery.headers.get("X-Slack-Signature", "").strip()
+    timestamp = delivery.headers.get("X-Slack-Request-Timestamp", "").strip()
+    if not header or not timestamp:
+        return Verdict.refuse("signature or timestamp missing")
+    version, _, given = header.partition("=")
+    if version != "v0" or not given:
+        return Verdict.refuse("X-Slack-Signature malformed")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        return Verdict.refuse("timestamp malformed")
+    if abs(delivery.received_at.timestamp() - int(timestamp)) > TOLERANCE_SECONDS:
+        return Verdict.refuse("timestamp outside the 300 s window")
+    base = b"v0:" + timestamp.encode() + b":" + delivery.body
+    if not same(hmac_sha256_hex(delivery.secret or "", base), given):
+        return Verdict.refuse("signature mismatch")
+    payload = json_object(delivery.body)
+    if payload is None:
+        return Verdict.bad_body("body is not a JSON object")
+    kind = payload.get("type") if isinstance(payload.get("type"), str) else "unknown"
+    if kind == "url_verification":
+        challenge = payload.get("challenge")
+        if not isinstance(challenge, str) or not challenge or len(challenge) > 200:
+            return Verdict.bad_body("url_verification without a usable challenge")
+        return Verdict(ok=True, detail="url_verification", event=kind, respond={"challenge": challenge})
+    event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
+    event_type = event.get("type") if isinstance(event.get("type"), str) else ""
+    subtype = event.get("subtype") if isinstance(event.get("subtype"), str) else None
+    name = ".".join(p for p in (kind, event_type, subtype) if p)
+    event_id = payload.get("event_id")
+    return Verdict(
+        ok=True,
+        detail="v0 signature ok",
+        payload=payload,
+        event=one_line(name, 100),
+        delivery_key=one_line(event_id, 200) if isinstance(event_id, str) and event_id else None,
+        secondary_key=_message_key(payload),
+        title=_title(kind, event),
+        ignore=kind != "event_callback" or _housekeeping(event_type, subtype),
+    )
+
+
+def _housekeeping(event_type: str, subtype: str | None) -> bool:
+    if event_type == "message":
+        return subtype not in WORK_SUBTYPES
+    return event_type in HOUSEKEEPING_EVENTS
+
+
+def _message(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The event if it is someone's message (``message`` or ``app_mention``), else None."""
+    event = payload.get("event")
+    if payload.get("type") != "event_callback" or not isinstance(event, dict):
+        return None
+    if event.get("type") not in ("message", "app_mention"):
+        return None
+    if event.get("type") == "message" and event.get("subtype") not in WORK_SUBTYPES:
+        return None
+    return event
+
+
+def _message_key(payload: dict[str, Any]) -> str | None:
+    """(team, channel, ts): Slack sends one message as both ``message`` and ``app_mention``."""
+    event = _message(payload)
+    if event is None:
+        return None
+    team, channel, ts = payload.get("team_id"), event.get("channel"), event.get("ts")
+    if not (valid_slack_id(team) and valid_slack_id(channel) and valid_slack_ts(ts)):
+        return None
+    return f"slack-message:{team}:{channel}:{ts}"
+
+
+def _title(kind: str, event: dict[str, Any]) -> str:
+    channel = event.get("channel") if isinstance(event.get("channel"), str) else "?"
+    text = event.get("text") if isinstance(event.get("text"), str) else ""
+    if event.get("type") == "app_mention":
+        return one_line(f"Slack mention in {one_line(channel, 40)} — {one_line(text, 80)}", 200)
+    if event.get("type") == "message":
+        return one_line(f"Slack message in {one_line(channel, 40)} — {one_line(text, 80)}", 200)
+    return one_line(f"Slack {kind} {event.get('type') or ''}", 200)
+
+
+@hookimpl
+def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    event = _message(payload)
+    if event is None:
+        return None
+    team = valid_slack_id(payload.get("team_id"))
+    channel = valid_slack_id(event.get("channel"))
+    ts = valid_slack_ts(event.get("ts"))
+    thread_raw = event.get("thread_ts")
+    thread = valid_slack_ts(thread_raw) if thread_raw is not None else ts
+    if team is None or channel is None or ts is None or thread is None:
+        return None
+    return Address(
+        kind="slack_thread",
+        provider=KIND,
+        display=f"{KIND} {team}/{channel} thread {thread}",
+        fields={"team_id": team, "channel": channel, "thread_ts": thread},
+    )
+
+
+@hookimpl
+def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    if delivery.source != KIND:
+        return None
+    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        return EchoClues()
+    channel, ts = valid_slack_id(event.get("channel")), valid_slack_ts(event.get("ts"))
+    metadata = event.get("metadata")
+    marker = None
+    if isinstance(metadata, dict) and metadata.get("event_type") == MARKER_EVENT_TYPE:
+        fields = metadata.get("event_payload")
+        reply_id = fields.get("reply_id") if isinstance(fields, dict) else None
+        marker = reply_id if isinstance(reply_id, str) and REPLY_ID_RE.fullmatch(reply_id) else None
+    bot_id = valid_slack_id(event.get("bot_id"))
+    return EchoClues(
+        object_ids=(f"{channel}:{ts}",) if channel and ts else (),
+        marker=marker,
+        bot_id=bot_id,
+    )
