@@ -1,9 +1,471 @@
-"""(being built: see the open issues)"""
+"""The ``reply`` verb: an agent answers the conversation its todo came from.
+
+The agent chooses the words. The delivery chose the place (the todo's immutable ``reply_to``). The
+owner chose the credential (the connection of the *todo's* owner scope that serves that address).
+
+Every check runs before any dial, in the order of SPEC §6.4, and a refusal writes no reply row.
+The checks and the insert of the ``pending`` row share one write transaction that holds the todo
+row locked (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers anyway),
+so of concurrent identical calls exactly one inserts and dials; the others find its row and wait
+for its outcome. Bounds (the endpoint's token bucket, the todo's lifetime cap, a connection blocked
+by a provider 429) live in the database, so they hold across processes and restarts.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any
+
 from aiohttp import web
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from switchboard import outbound, secretscan
+from switchboard.app import SERVICES, periodic
+from switchboard.connections import api_overrides, open_secret
+from switchboard.db import utcnow
+from switchboard.errors import SwitchboardError, invalid, not_found
+from switchboard.ids import new_id
+from switchboard.models import Connection, Endpoint, Reply, ReplyBucket, Todo
+from switchboard.plugins import UnknownKind
+from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
+from switchboard.tenancy import Owner
+from switchboard.todos import rfc3339
+
+log = logging.getLogger("switchboard.reply")
+
+TEXT_LIMIT_BYTES = 16 * 1024
+KEY_RE = re.compile(r"[\x20-\x7e]{1,128}")
+# The per-endpoint token bucket: a burst of 30, then one reply every 2 seconds.
+BUCKET_CAPACITY = 30.0
+BUCKET_REFILL_PER_SECOND = 0.5
+MAX_RETRIES = 2
+RETRY_AFTER_CAP = 10.0
+DEFAULT_BLOCK_SECONDS = 30.0
+PENDING_TIMEOUT = timedelta(seconds=60)
+# All attempts of one reply finish well inside the pending timeout, so the sweeper never marks a
+# reply whose dial is still running.
+DIAL_DEADLINE = 45.0
+SWEEP_INTERVAL = 10.0
+# A concurrent identical call waits this long for the winner's outcome.
+DUPLICATE_WAIT = PENDING_TIMEOUT.total_seconds() + 5
+
+
+def _refuse(code: str, message: str, **extra: Any) -> SwitchboardError:
+    return SwitchboardError(code, message, **extra)
+
+
+def reply_key(todo_id: str, text: str) -> str:
+    """The key of a call that brought none: the same text on the same todo is the same reply."""
+    return hashlib.sha256(f"{todo_id}\0{text}".encode()).hexdigest()
+
+
+def reply_view(row: Reply) -> dict[str, Any]:
+    """A reply row as MCP ``get_todo``, the API and the board show it (never the text)."""
+    return {
+        "id": row.id,
+        "state": row.state,
+        "connection": {
+            "id": row.connection_id,
+            "name": row.connection_name,
+            "fingerprint": row.connection_fingerprint,
+        },
+        "address_kind": row.address_kind,
+        "display": row.display,
+        "text_hash": row.text_hash,
+        "provider_object_id": row.provider_object_id,
+        "permalink": row.permalink,
+        "error_class": row.error_class,
+        "error_code": row.error_code,
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+    }
+
+
+def _outcome(row: Reply, *, duplicate: bool) -> dict[str, Any]:
+    # A row still pending when we stop waiting has an outcome nobody knows yet.
+    state = "unknown" if row.state == "pending" else row.state
+    out: dict[str, Any] = {"reply_id": row.id, "state": state, "duplicate": duplicate, "display": row.display}
+    if row.permalink:
+        out["permalink"] = row.permalink
+    if row.error_class or state == "unknown":
+        out["error_class"] = row.error_class or "network"
+    return out
+
+
+async def replies_of(services: Any, todo_id: str) -> list[dict[str, Any]]:
+    async with services.db.read() as s:
+        rows = await s.scalars(
+            select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at, Reply.id)
+        )
+        return [reply_view(r) for r in rows.all()]
+
+
+@dataclass(frozen=True)
+class _Ready:
+    reply_id: str
+    connection_id: str
+    kind: str
+    account_key: str
+    secret: str
+    address: Address
+    text: str
+
+
+def _check_arguments(todo_id: Any, text: Any, idempotency_key: Any) -> str:
+    if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
+        raise not_found("todo")
+    if not isinstance(text, str) or not text.strip():
+        raise invalid("text must not be empty")
+    if len(text.encode("utf-8", errors="surrogatepass")) > TEXT_LIMIT_BYTES:
+        raise invalid(f"text must be at most {TEXT_LIMIT_BYTES} bytes (16 KiB)")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not KEY_RE.fullmatch(idempotency_key)
+    ):
+        raise invalid("idempotency_key must be 1 to 128 printable ASCII characters")
+    return idempotency_key if idempotency_key is not None else reply_key(todo_id, text)
+
+
+def _check_state(todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: int) -> None:
+    if todo.state == "pending":
+        raise _refuse("not_claimed", "claim the todo before replying to it")
+    if todo.state == "claimed":
+        if todo.lease_expires_at is not None and todo.lease_expires_at <= now:
+            raise _refuse("not_claimed", "the todo's lease has expired; claim it again to reply")
+        return
+    if todo.finished_by != endpoint.id or todo.finished_at is None:
+        raise _refuse("reply_window_closed", "the todo was not finished by this endpoint")
+    if now - todo.finished_at > timedelta(seconds=grace_seconds):
+        raise _refuse(
+            "reply_window_closed",
+            f"replies are accepted for {grace_seconds} seconds after the todo is completed or failed",
+        )
+
+
+async def _choose_connection(
+    s: AsyncSession, services: Any, todo: Todo, endpoint: Endpoint, address: Address
+) -> tuple[Connection, ConnectionKind]:
+    """The todo's owner scope's one connection serving this address (SPEC §6.3)."""
+    todo_endpoint = await s.get(Endpoint, todo.endpoint_id)
+    assert todo_endpoint is not None
+    owner = Owner.of(todo_endpoint)
+    missing = _refuse(
+        "no_connection",
+        f"the todo's owner has no {address.provider} connection for {address.display}; "
+        "the owner can add one (switchboard connection add, the API or the web UI)",
+    )
+    try:
+        kind = services.providers.connection(address.provider)
+    except UnknownKind:
+        raise missing from None
+    scope = (
+        Connection.owner_human_id == owner.human_id
+        if owner.human_id
+        else Connection.owner_team_id == owner.team_id
+    )
+    rows = await s.scalars(
+        select(Connection).where(scope, Connection.kind == kind.name).order_by(Connection.created_at)
+    )
+    chosen = None
+    for row in rows.all():
+        try:
+            matches = kind.account_matches(row.account_key, address)
+        except (KeyError, TypeError, ValueError):
+            matches = False
+        if matches:
+            chosen = row
+            break
+    if chosen is None:
+        raise missing
+    if chosen.targets:
+        try:
+            target = kind.target_of(address)
+        except (KeyError, TypeError, ValueError):
+            target = ""
+        if not any(fnmatchcase(target, glob) for glob in chosen.targets):
+            raise _refuse(
+                "target_not_allowed",
+                f"connection {chosen.name!r} does not allow replies to {target or address.display}",
+            )
+    if chosen.endpoints and endpoint.id not in chosen.endpoints:
+        raise _refuse("target_not_allowed", f"connection {chosen.name!r} is not open to this endpoint")
+    return chosen, kind
+
+
+async def _take_token(s: AsyncSession, services: Any, endpoint_id: str, now: datetime) -> None:
+    """Spend one token of the endpoint's bucket (created full on first use), or refuse."""
+    dialect = postgresql if services.db.dialect == "postgresql" else sqlite
+    await s.execute(
+        dialect.insert(ReplyBucket)
+        .values(endpoint_id=endpoint_id, tokens=BUCKET_CAPACITY, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["endpoint_id"])
+    )
+    bucket = await s.scalar(
+        select(ReplyBucket).where(ReplyBucket.endpoint_id == endpoint_id).with_for_update()
+    )
+    assert bucket is not None
+    elapsed = max(0.0, (now - bucket.updated_at).total_seconds())
+    tokens = min(BUCKET_CAPACITY, bucket.tokens + elapsed * BUCKET_REFILL_PER_SECOND)
+    if tokens < 1.0:
+        wait = math.ceil((1.0 - tokens) / BUCKET_REFILL_PER_SECOND)
+        raise _refuse(
+            "rate_limited", f"this endpoint is replying too fast; retry in {wait} s", retry_after=wait
+        )
+    bucket.tokens, bucket.updated_at = tokens - 1.0, now
+
+
+async def _prepare(services: Any, endpoint: Endpoint, todo_id: str, text: str, key: str) -> _Ready | str:
+    """Run every check and insert the pending row; or the id of the existing row for this key."""
+    now = utcnow()
+    async with services.db.write() as s:
+        todo = await s.scalar(select(Todo).where(Todo.id == todo_id).with_for_update())
+        if todo is None or todo.endpoint_id != endpoint.id:
+            raise not_found(f"todo {todo_id!r}")
+        existing = await s.scalar(
+            select(Reply.id).where(Reply.todo_id == todo_id, Reply.idempotency_key == key)
+        )
+        if existing is not None:
+            return existing
+        if not todo.reply_to:
+            raise _refuse(
+                "no_reply_address",
+                "this todo has no reply address (only verified forge, Slack and Cairn deliveries have one)",
+            )
+        try:
+            address = Address.from_dict(todo.reply_to)
+        except (KeyError, TypeError):
+            raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
+        _check_state(todo, endpoint, now, services.settings.reply_grace_seconds)
+        connection, kind = await _choose_connection(s, services, todo, endpoint, address)
+        body = text.strip()
+        if len(body) > kind.text_limit:
+            raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
+        rule = secretscan.scan(body)
+        if rule is not None:
+            services.metrics.inc("switchboard_secret_blocks_total", rule=rule.id)
+            raise _refuse(
+                "secret_detected",
+                f"the text contains what looks like a secret (rule {rule.id}); remove it and retry",
+                rule=rule.id,
+            )
+        if connection.blocked_until is not None and connection.blocked_until > now:
+            wait = math.ceil((connection.blocked_until - now).total_seconds())
+            raise _refuse(
+                "rate_limited",
+                f"the provider rate-limited connection {connection.name!r}; retry in {wait} s",
+                retry_after=wait,
+            )
+        count = await s.scalar(select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id))
+        cap = services.settings.reply_todo_cap
+        if (count or 0) >= cap:
+            raise _refuse(
+                "rate_limited", f"this todo has had its {cap} replies; no more are accepted", retry_after=None
+            )
+        await _take_token(s, services, endpoint.id, now)
+        secret = open_secret(services, connection)
+        row = Reply(
+            id=new_id("rp"),
+            todo_id=todo.id,
+            endpoint_id=endpoint.id,
+            idempotency_key=key,
+            state="pending",
+            connection_id=connection.id,
+            connection_name=connection.name,
+            connection_fingerprint=connection.fingerprint,
+            owner_scope=connection.owner_human_id or connection.owner_team_id or "",
+            address_kind=address.kind,
+            display=address.display,
+            thread_key=address.display,
+            text_hash=hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),
+            created_at=now,
+            updated_at=now,
+        )
+        s.add(row)
+        return _Ready(row.id, connection.id, connection.kind, connection.account_key, secret, address, body)
+
+
+async def _post_once(services: Any, post: ReplyPost) -> PostResult:
+    caller = services.providers.hook.post_reply(post=post)
+    if caller is None:
+        return PostResult(state="failed", error_class="invalid", error_code="no_provider_for_kind")
+    try:
+        result = await caller
+    except outbound.OutboundError as exc:
+        return outbound.result_of_error(exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        # The plugin may have failed after writing the request: never assume it did not.
+        log.error("post_reply for %s failed: %s", post.kind, type(exc).__name__)
+        return PostResult(state="unknown", error_class="server", error_code="provider_error")
+    if not isinstance(result, PostResult):
+        return PostResult(state="unknown", error_class="server", error_code="provider_error")
+    return result
+
+
+async def _block(services: Any, connection_id: str, seconds: float | None) -> None:
+    until = utcnow() + timedelta(seconds=seconds if seconds is not None else DEFAULT_BLOCK_SECONDS)
+    async with services.db.write() as s:
+        await s.execute(
+            update(Connection)
+            .where(
+                Connection.id == connection_id,
+                (Connection.blocked_until.is_(None)) | (Connection.blocked_until < until),
+            )
+            .values(blocked_until=until)
+        )
+
+
+async def _dial(services: Any, ready: _Ready) -> PostResult:
+    """Post once; retry only what is safe to retry (nothing sent, or a 429), within the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DIAL_DEADLINE
+    post = ReplyPost(
+        http=outbound.client_of(services),
+        kind=ready.kind,
+        account_key=ready.account_key,
+        secret=ready.secret,
+        address=ready.address,
+        text=ready.text,
+        reply_id=ready.reply_id,
+        api_overrides=api_overrides(services.settings),
+    )
+    attempt = 0
+    while True:
+        result = await _post_once(services, post)
+        if result.error_class == "rate_limited":
+            await _block(services, ready.connection_id, result.retry_after)
+        if not result.retryable or result.state != "failed" or attempt >= MAX_RETRIES:
+            return result
+        if result.error_class == "rate_limited":
+            wait = result.retry_after if result.retry_after is not None else DEFAULT_BLOCK_SECONDS
+        else:
+            wait = 0.5 * 2**attempt
+        if wait > RETRY_AFTER_CAP or loop.time() + wait + outbound.TOTAL_TIMEOUT > deadline:
+            return result
+        await asyncio.sleep(wait)
+        attempt += 1
+
+
+def _clip(value: str | None, limit: int) -> str | None:
+    return value[:limit] if isinstance(value, str) and value else None
+
+
+async def _finish(services: Any, reply_id: str, result: PostResult) -> Reply:
+    permalink = result.permalink if result.permalink and result.permalink.startswith("https://") else None
+    if permalink is None and result.permalink and result.permalink.startswith("http://"):
+        permalink = result.permalink  # only reachable with SWITCHBOARD_OUTBOUND_ALLOW_HTTP set
+    values = {
+        "state": result.state,
+        "provider_object_id": _clip(result.object_id, 200),
+        "permalink": _clip(permalink, 2000),
+        "error_class": result.error_class if result.state != "sent" else None,
+        "error_code": _clip(result.error_code, 100) if result.state != "sent" else None,
+        "updated_at": utcnow(),
+    }
+    async with services.db.write() as s:
+        # "unknown" too: if the sweeper gave up on a slow dial, the real outcome still wins.
+        await s.execute(
+            update(Reply)
+            .where(Reply.id == reply_id, Reply.state.in_(("pending", "unknown")))
+            .values(**values)
+        )
+        row = await s.get(Reply, reply_id)
+        assert row is not None
+        return row
+
+
+async def _await_outcome(services: Any, reply_id: str) -> Reply:
+    """The recorded reply, once it has left ``pending`` (or when waiting is pointless)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + DUPLICATE_WAIT
+    delay = 0.05
+    while True:
+        async with services.db.read() as s:
+            row = await s.get(Reply, reply_id)
+        assert row is not None
+        if row.state != "pending" or loop.time() >= give_up:
+            return row
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+async def send_reply(
+    services: Any, endpoint: Endpoint, todo_id: str, text: str, idempotency_key: str | None = None
+) -> dict[str, Any]:
+    """Post ``text`` to the todo's reply address; see the module docstring and SPEC §6.4."""
+    try:
+        key = _check_arguments(todo_id, text, idempotency_key)
+        try:
+            prepared = await _prepare(services, endpoint, todo_id, text, key)
+        except IntegrityError:
+            # Another process inserted the same (todo, key) between our check and insert.
+            async with services.db.read() as s:
+                prepared = await s.scalar(
+                    select(Reply.id).where(Reply.todo_id == todo_id, Reply.idempotency_key == key)
+                )
+            if prepared is None:
+                raise
+    except SwitchboardError as exc:
+        services.metrics.inc("switchboard_reply_refusals_total", code=exc.code)
+        raise
+    if isinstance(prepared, str):
+        return _outcome(await _await_outcome(services, prepared), duplicate=True)
+
+    started = time.monotonic()
+    result = await _dial(services, prepared)
+    services.metrics.observe("switchboard_reply_seconds", time.monotonic() - started)
+    row = await _finish(services, prepared.reply_id, result)
+    services.metrics.inc("switchboard_replies_total", state=row.state, error_class=row.error_class or "none")
+    log.info(
+        "reply %s on todo %s to %s: %s%s",
+        row.id,
+        todo_id,
+        row.display,
+        row.state,
+        f" ({row.error_class}/{row.error_code})" if row.error_class else "",
+    )
+    return _outcome(row, duplicate=False)
+
+
+async def sweep_pending(services: Any) -> int:
+    """Rows stuck ``pending`` (their process died mid-dial) become ``unknown``: the post may exist."""
+    now = utcnow()
+    async with services.db.write() as s:
+        result = await s.execute(
+            update(Reply)
+            .where(Reply.state == "pending", Reply.created_at < now - PENDING_TIMEOUT)
+            .values(state="unknown", error_class="network", error_code="stuck_pending", updated_at=now)
+        )
+    swept = int(result.rowcount or 0)
+    if swept:
+        services.metrics.inc("switchboard_replies_total", swept, state="unknown", error_class="network")
+        log.warning("marked %d reply(s) stuck pending as unknown", swept)
+    return swept
+
+
+async def _outbound_client(app: web.Application) -> AsyncIterator[None]:
+    services = app[SERVICES]
+    # A test (or an embedding) may install its own client first; only close what we made.
+    made = outbound.EXTRAS_KEY not in services.extras
+    outbound.client_of(services)
+    yield
+    if made:
+        await outbound.close_client(services)
 
 
 def setup(app: web.Application) -> None:
-    """Add this module's routes and lifetimes to the app."""
+    """The guarded outbound client for this process, and the pending-reply sweeper."""
+    app.cleanup_ctx.append(_outbound_client)
+    app.cleanup_ctx.append(periodic("reply-sweeper", SWEEP_INTERVAL, sweep_pending))

@@ -1,0 +1,305 @@
+"""The guarded outbound HTTP client: the only way Switchboard dials a provider.
+
+The address policy is enforced where the socket is made, after name resolution, so an IP literal,
+an IPv4-mapped / NAT64 / 6to4 spelling of a private address, or a name that resolves (or rebinds)
+to one is refused before a single byte leaves. aiohttp skips a custom resolver for IP-literal URLs,
+so the check lives in two places that every connection passes: the connector's resolution step
+(which gives a clear error) and the ``socket_factory`` (which sees the exact address connected to).
+
+Other rules: https only (http only with ``SWITCHBOARD_OUTBOUND_ALLOW_HTTP``), redirects never
+followed, proxies from the environment ignored, connect and total timeouts, a response size cap.
+
+Errors are ``OutboundError`` subclasses whose class says whether anything may have been sent:
+``OutboundRefused`` and ``OutboundConnectError`` mean nothing was; ``OutboundUncertain`` means the
+request may have been written. Messages never carry a URL query, a header or a body.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import socket
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohappyeyeballs import AddrInfoType
+from aiohttp.abc import ResolveResult
+
+from switchboard.db import utcnow
+from switchboard.provider import ErrorClass, PostResult
+
+log = logging.getLogger("switchboard.outbound")
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+MAX_RESPONSE_BYTES = 1024 * 1024
+CONNECT_TIMEOUT = 5.0
+TOTAL_TIMEOUT = 15.0
+EXTRAS_KEY = "outbound"
+
+
+class OutboundError(Exception):
+    """A dial did not produce a response. The message is safe to log (no URL query, no secret)."""
+
+
+class OutboundRefused(OutboundError):
+    """The policy refused the destination (scheme or address); nothing was sent."""
+
+
+class OutboundConnectError(OutboundError):
+    """The connection could not be made; nothing was sent, so a retry is safe."""
+
+
+class OutboundUncertain(OutboundError):
+    """The request may have been written (timeout, reset, oversized answer): never retry it."""
+
+
+class BlockedAddress(OSError):
+    """Raised from the socket factory: the address about to be connected to is not allowed."""
+
+
+def _forms(ip: IPAddress) -> list[IPAddress]:
+    """The address and every IPv4 address it embeds (mapped, NAT64, 6to4)."""
+    forms: list[IPAddress] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            forms.append(ip.ipv4_mapped)
+        if ip in NAT64:
+            forms.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if ip.sixtofour is not None:
+            forms.append(ip.sixtofour)
+    return forms
+
+
+def address_allowed(address: str, allow: Iterable[IPNetwork] = ()) -> bool:
+    """May a socket connect to ``address``? Globally routable (in every embedded form), or inside
+    one of the operator's allowed networks."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    forms = _forms(ip)
+    allow = list(allow)
+    if any(form in net for form in forms for net in allow if form.version == net.version):
+        return True
+    # is_global alone lets multicast through (224/4 counts as global in Python 3.11).
+    return all(f.is_global and not f.is_multicast and not f.is_unspecified for f in forms)
+
+
+class _GuardedConnector(aiohttp.TCPConnector):
+    def __init__(self, allow: list[IPNetwork], **kwargs: Any) -> None:
+        self._allow = allow
+        super().__init__(socket_factory=self._socket, **kwargs)
+
+    def _socket(self, addr_info: AddrInfoType) -> socket.socket:
+        family, type_, proto, _, sockaddr = addr_info
+        if not address_allowed(str(sockaddr[0]), self._allow):
+            raise BlockedAddress("destination address is not allowed by the outbound policy")
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    async def _resolve_host(self, host: str, port: int, traces: Any = None) -> list[ResolveResult]:
+        results = await super()._resolve_host(host, port, traces=traces)
+        # One disallowed answer refuses the name: a rebinding name often mixes in a public address.
+        if not results or any(not address_allowed(r["host"], self._allow) for r in results):
+            raise BlockedAddress("destination address is not allowed by the outbound policy")
+        return results
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON, or None when it is not JSON."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+
+class Outbound:
+    """One guarded client per process. Create it inside the running event loop."""
+
+    def __init__(
+        self,
+        *,
+        allow_http: bool = False,
+        allow_cidrs: Iterable[IPNetwork] = (),
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        total_timeout: float = TOTAL_TIMEOUT,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
+        self.allow_http = allow_http
+        self.allow_cidrs = list(allow_cidrs)
+        self.max_response_bytes = max_response_bytes
+        self._timeout = aiohttp.ClientTimeout(total=total_timeout, sock_connect=connect_timeout)
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = _GuardedConnector(self.allow_cidrs, ssl=self._ssl, limit=100, ttl_dns_cache=None)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                trust_env=False,
+                auto_decompress=True,
+                headers={"User-Agent": "Switchboard"},
+            )
+        return self._session
+
+    def check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme == "https" or (parts.scheme == "http" and self.allow_http):
+            if not parts.hostname:
+                raise OutboundRefused("the URL has no host")
+            if parts.username or parts.password:
+                raise OutboundRefused("credentials in a URL are not allowed")
+            return
+        raise OutboundRefused(
+            "only https URLs may be dialled"
+            if parts.scheme == "http"
+            else f"scheme {parts.scheme!r} may not be dialled"
+        )
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Response:
+        """Send one request; never follows a redirect (a 3xx comes back as a response)."""
+        self.check_url(url)
+        host = urlsplit(url).hostname
+        try:
+            async with self._client().request(
+                method,
+                url,
+                headers=dict(headers or {}),
+                json=json_body,
+                params=params,
+                allow_redirects=False,
+            ) as resp:
+                body = await resp.content.read(self.max_response_bytes + 1)
+                if len(body) > self.max_response_bytes:
+                    raise OutboundUncertain(f"{host} answered with more than {self.max_response_bytes} bytes")
+                return Response(resp.status, dict(resp.headers), body)
+        except OutboundError:
+            raise
+        except BlockedAddress as exc:
+            raise OutboundRefused(f"{host}: {exc}") from None
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                raise OutboundRefused(f"{host}: {exc.os_error}") from None
+            raise OutboundConnectError(f"could not connect to {host}") from None
+        except aiohttp.ConnectionTimeoutError:
+            raise OutboundConnectError(f"timed out connecting to {host}") from None
+        except aiohttp.InvalidURL:
+            raise OutboundRefused("the URL is not valid") from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise OutboundUncertain(f"{host}: {type(exc).__name__} after the request was sent") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def from_settings(settings: Any, ssl_context: ssl.SSLContext | None = None) -> Outbound:
+    return Outbound(
+        allow_http=settings.outbound_allow_http,
+        allow_cidrs=settings.allow_cidrs,
+        ssl_context=ssl_context,
+    )
+
+
+def client_of(services: Any) -> Outbound:
+    """The process's guarded client (``reply.setup`` makes it; built lazily for the CLI and tests)."""
+    client = services.extras.get(EXTRAS_KEY)
+    if client is None:
+        client = services.extras[EXTRAS_KEY] = from_settings(services.settings)
+    return client
+
+
+async def close_client(services: Any) -> None:
+    client = services.extras.pop(EXTRAS_KEY, None)
+    if client is not None:
+        await client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for provider plugins: turning a provider's answer into a PostResult, never its body.
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` as seconds (delta or HTTP date), or None when absent or unreadable."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = (parsedate_to_datetime(value) - utcnow()).total_seconds()
+        except (TypeError, ValueError):
+            return None
+    return max(0.0, min(seconds, 24 * 3600.0))
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+
+
+def class_of_status(status: int) -> ErrorClass:
+    if status == 401:
+        return "auth"
+    if status == 403:
+        return "forbidden"
+    if status in (404, 410):
+        return "not_found"
+    if status == 429:
+        return "rate_limited"
+    if status >= 500:
+        return "server"
+    return "invalid"
+
+
+def failure(resp: Response, *, rate_limited: bool = False) -> PostResult:
+    """The outcome of a non-success answer. A 429 (or a provider-specific rate limit) is retryable;
+    a gateway error may hide a written comment, so it is ``unknown``."""
+    if rate_limited or resp.status == 429:
+        return PostResult(
+            state="failed",
+            error_class="rate_limited",
+            error_code=f"http_{resp.status}",
+            retry_after=retry_after_seconds(resp.headers),
+            retryable=True,
+        )
+    state = "unknown" if resp.status in (502, 504) else "failed"
+    code = "redirect_not_followed" if 300 <= resp.status < 400 else f"http_{resp.status}"
+    return PostResult(state=state, error_class=class_of_status(resp.status), error_code=code)
+
+
+def result_of_error(exc: OutboundError) -> PostResult:
+    """The outcome of a dial that got no answer."""
+    if isinstance(exc, OutboundRefused):
+        return PostResult(state="failed", error_class="network", error_code="address_refused")
+    if isinstance(exc, OutboundConnectError):
+        return PostResult(state="failed", error_class="network", error_code="connect_failed", retryable=True)
+    return PostResult(state="unknown", error_class="network", error_code="no_answer")
