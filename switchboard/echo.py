@@ -38,7 +38,7 @@ async def is_own_reply(
         if (
             reply is not None
             and reply.owner_scope in owner_scopes
-            and (clues.thread_key is None or reply.thread_key == clues.thread_key)
+            and (thread_key is None or reply.thread_key == thread_key)
         ):
             return True
     if clues.bot_id:
