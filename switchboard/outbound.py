@@ -303,3 +303,62 @@ def result_of_error(exc: OutboundError) -> PostResult:
     if isinstance(exc, OutboundConnectError):
         return PostResult(state="failed", error_class="network", error_code="connect_failed", retryable=True)
     return PostResult(state="unknown", error_class="network", error_code="no_answer")
+
+
+# ---------------------------------------------------------------------------------------------
+# Account keys: what an owner typed, normalised once at create time (raise ValueError if unusable).
+
+
+def normalize_host(value: str) -> str:
+    """A forge host (``github.com``, ``ghe.example.com:8443``); an https URL is accepted for it."""
+    from switchboard.provider import valid_host
+
+    text = value.strip()
+    if "://" in text:
+        if not text.lower().startswith("https://"):
+            raise ValueError("give the host name, or an https:// URL")
+        text = text[len("https://") :].rstrip("/")
+    host = valid_host(text.lower())
+    if host is None:
+        raise ValueError(f"{value!r} is not a host name")
+    return host
+
+
+def normalize_https_base(value: str) -> str:
+    """An https base URL (``https://git.example.com`` or ``https://example.com/gitea``), no slash at
+    the end, lower-case host, no user info, query or fragment."""
+    from switchboard.provider import valid_host
+
+    text = value.strip()
+    if not text.lower().startswith("https://"):
+        raise ValueError("must be an https:// base URL")
+    parts = urlsplit(text)
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError("must be a plain base URL (no user info, query or fragment)")
+    host = valid_host(parts.netloc.lower())
+    path = parts.path.rstrip("/")
+    if host is None or not all(
+        seg and all(c.isalnum() or c in "._-~" for c in seg) for seg in path.split("/")[1:]
+    ):
+        raise ValueError(f"{value!r} is not a usable base URL")
+    return f"https://{host}{path}"
+
+
+def host_of(base_url: str) -> str:
+    """The ``host[:port]`` of a normalised base URL (what an address's host is compared with)."""
+    return urlsplit(base_url).netloc.lower()
+
+
+def json_dict(resp: Response) -> dict[str, Any]:
+    """The answer's JSON object, or an empty one."""
+    body = resp.json()
+    return body if isinstance(body, dict) else {}
+
+
+def int_id(value: Any) -> str | None:
+    """A provider's positive integer id as the string echo matching uses, else None."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def https_link(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.startswith("https://") and len(value) <= 2000 else None

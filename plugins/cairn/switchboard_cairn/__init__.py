@@ -16,15 +16,22 @@ A delivery looks like::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
+from switchboard import outbound
 from switchboard.hookspecs import hookimpl
 from switchboard.provider import (
     Address,
+    CheckResult,
+    ConnectionCheck,
+    ConnectionKind,
     Delivery,
     EchoClues,
+    PostResult,
+    ReplyPost,
     SourceKind,
     Verdict,
     find_marker,
@@ -32,6 +39,7 @@ from switchboard.provider import (
     json_object,
     one_line,
     origin_of,
+    reply_marker,
     same,
 )
 
@@ -49,6 +57,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping", "webhook.test"})
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="Cairn artifact and comment events."))
+    register(CONNECTION)
 
 
 def _created_at(value: object) -> datetime | None:
@@ -146,3 +155,76 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
         else (),
         marker=find_marker(comment.get("body")),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound: the connection kind (account key = the instance's https base URL) and posting an
+# artifact comment. The token needs annotation-write scope only.
+
+TEXT_LIMIT = 65_536
+
+
+def _headers(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}", "Accept": "application/json"}
+
+
+async def _test(check: ConnectionCheck) -> CheckResult:
+    # Cairn's token introspection: a read that names the token's subject and changes nothing.
+    resp = await check.http.request(
+        "GET", f"{check.account_key}/v1/tokens/self", headers=_headers(check.secret)
+    )
+    if resp.status != 200:
+        detail = f"GET /v1/tokens/self answered HTTP {resp.status}"
+        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
+    subject = outbound.json_dict(resp).get("subject")
+    subject = one_line(subject, 60) if isinstance(subject, str) else ""
+    return CheckResult(ok=True, detail=f"token for {subject or 'this instance'}", facts={"subject": subject})
+
+
+def _comment_id(value: object) -> str | None:
+    if isinstance(value, str) and COMMENT_ID_RE.fullmatch(value):
+        return value
+    return outbound.int_id(value)
+
+
+async def _post(post: ReplyPost) -> PostResult:
+    artifact_id = post.address.fields.get("artifact_id")
+    if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id):
+        return PostResult(state="failed", error_class="invalid", error_code="bad_address")
+    url = f"{post.account_key}/v1/artifacts/{quote(artifact_id, safe='')}/comments"
+    body = {"anchor_type": "artifact", "body": post.text + reply_marker(post.reply_id)}
+    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    if resp.status != 201:
+        return outbound.failure(resp)
+    comment = outbound.json_dict(resp)
+    return PostResult(
+        state="sent",
+        object_id=_comment_id(comment.get("id")),
+        permalink=outbound.https_link(comment.get("url")),
+    )
+
+
+def _account_matches(key: str, address: Address) -> bool:
+    instance = address.fields.get("instance")
+    # Compare hosts: the scheme of the artifact URL does not matter, the dial goes to the key's URL.
+    return (
+        address.provider == KIND
+        and isinstance(instance, str)
+        and (instance.partition("://")[2] == outbound.host_of(key))
+    )
+
+
+CONNECTION = ConnectionKind(
+    name=KIND,
+    normalize_account_key=outbound.normalize_https_base,
+    account_matches=_account_matches,
+    target_of=lambda address: str(address.fields.get("artifact_id", "")),
+    text_limit=TEXT_LIMIT,
+    test=_test,
+    description="A Cairn token with annotation-write scope (account key: the https base URL).",
+)
+
+
+@hookimpl
+def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
+    return _post(post) if post.kind == KIND else None

@@ -9,14 +9,21 @@ means a plain comment on a PR in ``*-Event-Type`` but a *review* comment in ``*-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
+from switchboard import outbound
 from switchboard.hookspecs import hookimpl
 from switchboard.provider import (
     Address,
+    CheckResult,
+    ConnectionCheck,
+    ConnectionKind,
     Delivery,
     EchoClues,
+    PostResult,
+    ReplyPost,
     SourceKind,
     Verdict,
     find_marker,
@@ -24,6 +31,7 @@ from switchboard.provider import (
     json_object,
     one_line,
     origin_of,
+    reply_marker,
     same,
     valid_number,
     valid_repo,
@@ -72,6 +80,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping"})
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="Gitea or Forgejo repository webhooks."))
+    register(CONNECTION)
 
 
 def _header(delivery: Delivery, *names: str) -> str:
@@ -200,3 +209,61 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
         object_ids=(str(comment_id),) if is_id else (),
         marker=find_marker(comment.get("body")),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound: the connection kind (account key = the forge's https base URL) and posting a comment.
+
+TEXT_LIMIT = 65_536
+
+
+def _headers(secret: str) -> dict[str, str]:
+    return {"Authorization": f"token {secret}", "Accept": "application/json"}
+
+
+async def _test(check: ConnectionCheck) -> CheckResult:
+    resp = await check.http.request("GET", f"{check.account_key}/api/v1/user", headers=_headers(check.secret))
+    if resp.status != 200:
+        detail = f"GET /api/v1/user answered HTTP {resp.status}"
+        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
+    login = outbound.json_dict(resp).get("login")
+    login = one_line(login, 60) if isinstance(login, str) else ""
+    return CheckResult(ok=True, detail=f"authenticated as {login}", facts={"login": login})
+
+
+async def _post(post: ReplyPost) -> PostResult:
+    repo = valid_repo(post.address.fields.get("repo"))
+    number = valid_number(post.address.fields.get("number"))
+    if repo is None or number is None:
+        return PostResult(state="failed", error_class="invalid", error_code="bad_address")
+    owner, name = (quote(part, safe="") for part in repo.split("/"))
+    url = f"{post.account_key}/api/v1/repos/{owner}/{name}/issues/{number}/comments"
+    body = {"body": post.text + reply_marker(post.reply_id)}
+    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    if resp.status != 201:
+        return outbound.failure(resp)
+    comment = outbound.json_dict(resp)
+    return PostResult(
+        state="sent",
+        object_id=outbound.int_id(comment.get("id")),
+        permalink=outbound.https_link(comment.get("html_url")),
+    )
+
+
+CONNECTION = ConnectionKind(
+    name=KIND,
+    normalize_account_key=outbound.normalize_https_base,
+    # The address's host (from the verified payload) must be the connection's own host.
+    account_matches=lambda key, address: (
+        address.provider == KIND and address.fields.get("host") == outbound.host_of(key)
+    ),
+    target_of=lambda address: str(address.fields.get("repo", "")),
+    text_limit=TEXT_LIMIT,
+    test=_test,
+    description="A Gitea or Forgejo access token (account key: the https base URL).",
+)
+
+
+@hookimpl
+def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
+    return _post(post) if post.kind == KIND else None

@@ -7,15 +7,22 @@ Inbound: ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, raw body)>``, th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
+from switchboard import outbound
 from switchboard.hookspecs import hookimpl
 from switchboard.provider import (
     Address,
+    CheckResult,
+    ConnectionCheck,
+    ConnectionKind,
     Delivery,
     EchoClues,
+    PostResult,
+    ReplyPost,
     SourceKind,
     Verdict,
     find_marker,
@@ -23,6 +30,7 @@ from switchboard.provider import (
     json_object,
     one_line,
     origin_of,
+    reply_marker,
     same,
     valid_number,
     valid_repo,
@@ -42,6 +50,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping"})
 @hookimpl
 def register_kinds(register: Callable[[Any], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="GitHub repository or organisation webhooks."))
+    register(CONNECTION)
 
 
 def _body_json(delivery: Delivery) -> dict[str, Any] | None:
@@ -156,3 +165,93 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
         object_ids=(str(comment_id),) if is_id else (),
         marker=find_marker(comment.get("body")),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound: the connection kind (account key = forge host) and posting an issue/PR comment.
+
+TEXT_LIMIT = 65_536
+SAAS_HOST = "github.com"
+
+
+def _api(account_key: str, overrides: Mapping[str, str]) -> str:
+    """``https://api.github.com`` for github.com (or the operator's override), else GHES's
+    ``https://{host}/api/v3``. Only ever the connection's own host: never the address's."""
+    if account_key == SAAS_HOST:
+        return overrides.get(KIND) or "https://api.github.com"
+    return f"https://{account_key}/api/v3"
+
+
+def _headers(secret: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {secret}",
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+    }
+
+
+def _rate_limited(resp: outbound.Response) -> bool:
+    if resp.status == 429:
+        return True
+    return resp.status == 403 and (
+        outbound.header(resp.headers, "retry-after") is not None
+        or outbound.header(resp.headers, "x-ratelimit-remaining") == "0"
+    )
+
+
+def _failure(resp: outbound.Response) -> PostResult:
+    if not _rate_limited(resp):
+        return outbound.failure(resp)
+    result = outbound.failure(resp, rate_limited=True)
+    reset = outbound.header(resp.headers, "x-ratelimit-reset")
+    if result.retry_after is None and reset is not None and reset.isdigit():
+        wait = max(0.0, int(reset) - time.time())
+        result = PostResult(**{**result.__dict__, "retry_after": wait})
+    return result
+
+
+async def _test(check: ConnectionCheck) -> CheckResult:
+    url = f"{_api(check.account_key, check.api_overrides)}/user"
+    resp = await check.http.request("GET", url, headers=_headers(check.secret))
+    if resp.status != 200:
+        detail = f"GET /user answered HTTP {resp.status}"
+        return CheckResult(ok=False, error_class=_failure(resp).error_class, detail=detail)
+    login = outbound.json_dict(resp).get("login")
+    login = one_line(login, 60) if isinstance(login, str) else ""
+    return CheckResult(ok=True, detail=f"authenticated as {login}", facts={"login": login})
+
+
+async def _post(post: ReplyPost) -> PostResult:
+    repo = valid_repo(post.address.fields.get("repo"))
+    number = valid_number(post.address.fields.get("number"))
+    if repo is None or number is None:
+        return PostResult(state="failed", error_class="invalid", error_code="bad_address")
+    owner, name = (quote(part, safe="") for part in repo.split("/"))
+    url = f"{_api(post.account_key, post.api_overrides)}/repos/{owner}/{name}/issues/{number}/comments"
+    body = {"body": post.text + reply_marker(post.reply_id)}
+    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    if resp.status != 201:
+        return _failure(resp)
+    comment = outbound.json_dict(resp)
+    return PostResult(
+        state="sent",
+        object_id=outbound.int_id(comment.get("id")),
+        permalink=outbound.https_link(comment.get("html_url")),
+    )
+
+
+CONNECTION = ConnectionKind(
+    name=KIND,
+    normalize_account_key=outbound.normalize_host,
+    account_matches=lambda key, address: address.provider == KIND and address.fields.get("host") == key,
+    target_of=lambda address: str(address.fields.get("repo", "")),
+    text_limit=TEXT_LIMIT,
+    test=_test,
+    default_account_key=SAAS_HOST,
+    description="A GitHub or GitHub Enterprise Server token (account key: the forge host).",
+)
+
+
+@hookimpl
+def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
+    return _post(post) if post.kind == KIND else None

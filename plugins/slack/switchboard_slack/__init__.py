@@ -9,15 +9,22 @@ address; edits, deletions, joins and other housekeeping subtypes are stored as i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from switchboard import outbound
 from switchboard.hookspecs import hookimpl
 from switchboard.provider import (
     MARKER_EVENT_TYPE,
     Address,
+    CheckResult,
+    ConnectionCheck,
+    ConnectionKind,
     Delivery,
     EchoClues,
+    ErrorClass,
+    PostResult,
+    ReplyPost,
     SourceKind,
     Verdict,
     hmac_sha256_hex,
@@ -60,6 +67,7 @@ def register_kinds(register: Callable[[Any], None]) -> None:
     register(
         SourceKind(KIND, secret="provider", description="Slack Events API (signing secret from the app).")
     )
+    register(CONNECTION)
 
 
 @hookimpl
@@ -189,3 +197,134 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
         marker=marker,
         bot_id=bot_id,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound: the connection kind (account key = the Slack team id, credential = a bot token) and
+# posting into the thread.
+
+TEXT_LIMIT = 40_000
+SLACK_API = "https://slack.com/api"
+ERROR_CODE_RE = re.compile(r"[a-z0-9_]{1,60}")
+ERROR_CLASSES = {
+    "auth": {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"},
+    "not_found": {"channel_not_found", "thread_not_found", "message_not_found"},
+    "forbidden": {
+        "not_in_channel",
+        "is_archived",
+        "restricted_action",
+        "missing_scope",
+        "ekm_access_denied",
+        "team_access_not_granted",
+        "no_permission",
+    },
+    "rate_limited": {"ratelimited", "rate_limited"},
+    "server": {"internal_error", "fatal_error", "service_unavailable", "request_timeout"},
+}
+
+
+def _api(overrides: Mapping[str, str]) -> str:
+    return overrides.get(KIND) or SLACK_API
+
+
+def _headers(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def _slack_error(body: dict[str, Any]) -> tuple[ErrorClass, str]:
+    """Slack's error code (a short machine word, never free text) and its class."""
+    code = body.get("error")
+    code = code if isinstance(code, str) and ERROR_CODE_RE.fullmatch(code) else "unknown_error"
+    error_class = next((c for c, codes in ERROR_CLASSES.items() if code in codes), "invalid")
+    return error_class, code  # type: ignore[return-value]
+
+
+def _normalize_team(value: str) -> str:
+    team = value.strip().upper()
+    if not re.fullmatch(r"[TE][A-Z0-9]{2,39}", team):
+        raise ValueError("must be a Slack team id such as T0123ABCD")
+    return team
+
+
+async def _test(check: ConnectionCheck) -> CheckResult:
+    resp = await check.http.request(
+        "POST", f"{_api(check.api_overrides)}/auth.test", headers=_headers(check.secret)
+    )
+    if resp.status != 200:
+        detail = f"auth.test answered HTTP {resp.status}"
+        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
+    body = outbound.json_dict(resp)
+    if body.get("ok") is not True:
+        error_class, code = _slack_error(body)
+        return CheckResult(ok=False, error_class=error_class, detail=f"auth.test: {code}")
+    facts = {k: body[k] for k in ("bot_id", "user_id", "team_id") if valid_slack_id(body.get(k))}
+    if facts.get("team_id") != check.account_key:
+        detail = f"the token belongs to team {facts.get('team_id', '?')}, not {check.account_key}"
+        return CheckResult(ok=False, error_class="invalid", detail=detail, facts=facts)
+    return CheckResult(ok=True, detail=f"authenticated as bot {facts.get('bot_id', '?')}", facts=facts)
+
+
+async def _permalink(post: ReplyPost, channel: str, ts: str) -> str | None:
+    """Best effort: the message is posted already, so a failure here only loses the link."""
+    try:
+        resp = await post.http.request(
+            "GET",
+            f"{_api(post.api_overrides)}/chat.getPermalink",
+            headers=_headers(post.secret),
+            params={"channel": channel, "message_ts": ts},
+        )
+    except outbound.OutboundError:
+        return None
+    body = outbound.json_dict(resp)
+    return outbound.https_link(body.get("permalink")) if resp.status == 200 and body.get("ok") else None
+
+
+async def _post(post: ReplyPost) -> PostResult:
+    channel = valid_slack_id(post.address.fields.get("channel"))
+    thread_ts = valid_slack_ts(post.address.fields.get("thread_ts"))
+    if channel is None or thread_ts is None:
+        return PostResult(state="failed", error_class="invalid", error_code="bad_address")
+    body = {
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "text": post.text,
+        # The invisible marker: our own message, delivered back as an event, names its reply.
+        "metadata": {"event_type": MARKER_EVENT_TYPE, "event_payload": {"reply_id": post.reply_id}},
+    }
+    url = f"{_api(post.api_overrides)}/chat.postMessage"
+    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    if resp.status != 200:
+        return outbound.failure(resp)
+    answer = outbound.json_dict(resp)
+    if answer.get("ok") is not True:
+        error_class, code = _slack_error(answer)
+        return PostResult(
+            state="failed",
+            error_class=error_class,
+            error_code=code,
+            retry_after=outbound.retry_after_seconds(resp.headers) if error_class == "rate_limited" else None,
+            retryable=error_class == "rate_limited",
+        )
+    ts = valid_slack_ts(answer.get("ts"))
+    posted_in = valid_slack_id(answer.get("channel")) or channel
+    return PostResult(
+        state="sent",
+        object_id=f"{posted_in}:{ts}" if ts else None,
+        permalink=await _permalink(post, posted_in, ts) if ts else None,
+    )
+
+
+CONNECTION = ConnectionKind(
+    name=KIND,
+    normalize_account_key=_normalize_team,
+    account_matches=lambda key, address: address.provider == KIND and address.fields.get("team_id") == key,
+    target_of=lambda address: str(address.fields.get("channel", "")),
+    text_limit=TEXT_LIMIT,
+    test=_test,
+    description="A Slack bot token (xoxb-…) with chat:write (account key: the team id).",
+)
+
+
+@hookimpl
+def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
+    return _post(post) if post.kind == KIND else None
