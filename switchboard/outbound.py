@@ -150,7 +150,7 @@ class Outbound:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = _GuardedConnector(self.allow_cidrs, ssl=self._ssl, limit=100, ttl_dns_cache=None)
+            connector = _GuardedConnector(self.allow_cidrs, ssl=self._ssl, limit=100, ttl_dns_cache=10)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=self._timeout,
