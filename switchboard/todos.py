@@ -8,18 +8,24 @@ table themselves.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from typing import Any
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, utcnow
-from switchboard.errors import invalid, not_found
-from switchboard.ids import new_id
-from switchboard.models import Endpoint, Reply, Todo
-from switchboard.tenancy import check_queue, endpoint_is_live
+from switchboard.errors import SwitchboardError, conflict, invalid, not_found
+from switchboard.ids import new_id, new_token, token_hash
+from switchboard.models import Attempt, Endpoint, Reply, Todo
+from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue, endpoint_is_live
+
+if TYPE_CHECKING:
+    from switchboard.app import Services
+
+log = logging.getLogger("switchboard.todos")
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
@@ -156,5 +162,496 @@ def payload_of(todo: Todo) -> Any:
         return todo.payload.decode("utf-8", errors="replace")
 
 
+# ---------------------------------------------------------------------------------------------
+# The lifecycle (SPEC §5.1). Every verb takes the calling endpoint: a todo of another endpoint is
+# `not_found`, so existence is never revealed across endpoints.
+
+STATES = ("pending", "claimed", "done", "failed")
+LIST_LIMIT_DEFAULT = 50
+LIST_LIMIT_MAX = 200
+RETRY_BASE_SECONDS = 30
+RETRY_MAX_SECONDS = 15 * 60
+RESULT_MAX_BYTES = 1024 * 1024
+SUMMARY_MAX_CHARS = 2000
+ERROR_MAX_CHARS = 4000
+# Background passes take at most this many rows per transaction, so one pass never holds locks long.
+SWEEP_BATCH = 200
+
+
+def retry_delay(attempt: int) -> int:
+    """Seconds before a failed todo is retried: 30 s doubling per attempt, at most 15 min."""
+    return min(RETRY_BASE_SECONDS * 2 ** max(attempt - 1, 0), RETRY_MAX_SECONDS)
+
+
+def _lease_seconds(endpoint: Endpoint, lease_seconds: Any) -> int:
+    if lease_seconds is None:
+        return min(max(int(endpoint.default_lease_seconds or 300), 1), MAX_LEASE_SECONDS)
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int):
+        raise invalid("lease_seconds must be an integer")
+    if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
+        raise invalid(f"lease_seconds must be between 1 and {MAX_LEASE_SECONDS}")
+    return lease_seconds
+
+
+def _granted_queue(endpoint: Endpoint, queue: Any) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise invalid("queue must be a non-empty string")
+    check_queue(queue)
+    if queue not in endpoint.queues:
+        raise SwitchboardError("forbidden", f"queue {queue!r} is not granted to this endpoint")
+    return queue
+
+
+def _text(value: Any, name: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"{name} must be a string")
+    if len(value) > limit:
+        raise invalid(f"{name} is longer than {limit} characters")
+    return value
+
+
+def _check_token(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise invalid("lease_token must be a non-empty string")
+    return value
+
+
+async def _locked_todo(s: AsyncSession, endpoint: Endpoint, todo_id: Any) -> Todo:
+    """The endpoint's todo, row-locked for this transaction (SQLite: the write lock is held)."""
+    if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
+        raise invalid("todo_id must be a todo id")
+    todo = await s.scalar(
+        select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id).with_for_update()
+    )
+    if todo is None:
+        raise not_found(f"todo {todo_id!r}")
+    return todo
+
+
+def _held(todo: Todo, lease_token: str | None, now: datetime) -> None:
+    """Refuse a caller who no longer holds the claim (``conflict``), fenced or not."""
+    if todo.state != "claimed":
+        raise conflict(f"todo {todo.id} is {todo.state}, not claimed: the lease was lost")
+    if todo.lease_expires_at is None or todo.lease_expires_at <= now:
+        raise conflict(f"the lease on todo {todo.id} has expired")
+    if todo.lease_token_hash is not None:
+        if lease_token is None:
+            raise conflict(f"todo {todo.id} is claimed with fencing: pass its lease_token")
+        if token_hash(lease_token) != todo.lease_token_hash:
+            raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
+    elif lease_token is not None:
+        raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
+
+
+async def _open_attempt(s: AsyncSession, todo: Todo) -> Attempt | None:
+    return await s.scalar(
+        select(Attempt)
+        .where(Attempt.todo_id == todo.id, Attempt.ended_at.is_(None))
+        .order_by(Attempt.number.desc())
+        .limit(1)
+    )
+
+
+async def _close_attempt(
+    s: AsyncSession,
+    todo: Todo,
+    now: datetime,
+    outcome: str,
+    summary: str | None = None,
+    error: str | None = None,
+) -> None:
+    attempt = await _open_attempt(s, todo)
+    if attempt is not None:
+        attempt.outcome, attempt.ended_at = outcome, now
+        attempt.summary, attempt.error = summary, error
+
+
+def _back_to_pending(todo: Todo, now: datetime) -> None:
+    """Pending again: new work for the doorbell, so its ring schedule starts over."""
+    todo.state = "pending"
+    todo.lease_expires_at = None
+    todo.lease_token_hash = None
+    todo.next_retry_at = None
+    todo.ring_count = 0
+    todo.next_ring_at = now
+    todo.updated_at = now
+
+
+def _dead_letter(todo: Todo, now: datetime) -> None:
+    todo.state = "failed"
+    todo.dead_letter = True
+    todo.next_retry_at = None
+    todo.lease_expires_at = None
+    todo.lease_token_hash = None
+    todo.next_ring_at = None
+    todo.updated_at = now
+
+
+def _lease(
+    todo: Todo, endpoint: Endpoint, seconds: int, fence: bool, now: datetime
+) -> tuple[Attempt, str | None]:
+    token = new_token("sbl") if fence else None
+    todo.state = "claimed"
+    todo.attempt += 1
+    todo.lease_expires_at = now + timedelta(seconds=seconds)
+    todo.lease_token_hash = token_hash(token) if token else None
+    todo.next_retry_at = None
+    todo.next_ring_at = None
+    todo.updated_at = now
+    attempt = Attempt(
+        id=new_id("at"),
+        todo_id=todo.id,
+        number=0,
+        endpoint_id=endpoint.id,
+        claimed_at=now,
+        lease_expires_at=todo.lease_expires_at,
+        heartbeats=0,
+    )
+    return attempt, token
+
+
+async def _add_attempt(s: AsyncSession, attempt: Attempt) -> None:
+    # Numbered by claims (a release gives the attempt back but keeps its row in the history).
+    last = await s.scalar(select(func.max(Attempt.number)).where(Attempt.todo_id == attempt.todo_id))
+    attempt.number = (last or 0) + 1
+    s.add(attempt)
+
+
+async def _row(s: AsyncSession, todo: Todo) -> dict[str, Any]:
+    return todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
+
+
+def _claimed_view(row: dict[str, Any], todo: Todo, token: str | None) -> dict[str, Any]:
+    out = {**row, "payload": payload_of(todo)}
+    if token is not None:
+        # Shown once: only its hash is stored.
+        out["lease_token"] = token
+    return out
+
+
+async def list_todos(
+    db: Database, endpoint: Endpoint, *, queue: Any = None, state: Any = None, limit: Any = None
+) -> list[dict[str, Any]]:
+    """The endpoint's todos, newest first, without payloads."""
+    query = select(Todo).where(Todo.endpoint_id == endpoint.id)
+    if queue is not None:
+        query = query.where(Todo.queue == _granted_queue(endpoint, queue))
+    if state is not None:
+        if state not in STATES:
+            raise invalid(f"state must be one of {', '.join(STATES)}")
+        query = query.where(Todo.state == state)
+    if limit is None:
+        limit = LIST_LIMIT_DEFAULT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_LIMIT_MAX:
+        raise invalid(f"limit must be an integer between 1 and {LIST_LIMIT_MAX}")
+    async with db.read() as s:
+        todos = list(
+            (await s.scalars(query.order_by(Todo.created_at.desc(), Todo.id.desc()).limit(limit))).all()
+        )
+        summaries = await replies_summary(s, [t.id for t in todos])
+    return [todo_row(t, summaries[t.id]) for t in todos]
+
+
+def attempt_view(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "endpoint_id": attempt.endpoint_id,
+        "claimed_at": rfc3339(attempt.claimed_at),
+        "lease_expires_at": rfc3339(attempt.lease_expires_at),
+        "heartbeats": attempt.heartbeats,
+        "last_heartbeat_at": rfc3339(attempt.last_heartbeat_at),
+        "outcome": attempt.outcome,
+        "summary": attempt.summary,
+        "error": attempt.error,
+        "ended_at": rfc3339(attempt.ended_at),
+    }
+
+
+def reply_view(reply: Reply) -> dict[str, Any]:
+    """A reply as listed on its todo: never the text (only its hash is kept), never a secret."""
+    return {
+        "id": reply.id,
+        "state": reply.state,
+        "address_kind": reply.address_kind,
+        "display": reply.display,
+        "connection": reply.connection_name,
+        "permalink": reply.permalink,
+        "error_class": reply.error_class,
+        "created_at": rfc3339(reply.created_at),
+        "updated_at": rfc3339(reply.updated_at),
+    }
+
+
+async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
+    """Row + ``payload``, ``result``, ``attempts`` and the ``replies`` list (MCP ``get_todo``)."""
+    attempts = (
+        await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))
+    ).all()
+    replies = (
+        await s.scalars(select(Reply).where(Reply.todo_id == todo.id).order_by(Reply.created_at, Reply.id))
+    ).all()
+    row = todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
+    return {
+        **row,
+        "payload": payload_of(todo),
+        "result": todo.result,
+        "finished_at": rfc3339(todo.finished_at),
+        "attempts": [attempt_view(a) for a in attempts],
+        "replies": [reply_view(r) for r in replies],
+    }
+
+
+async def get_todo(db: Database, endpoint: Endpoint, todo_id: Any) -> dict[str, Any]:
+    if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
+        raise invalid("todo_id must be a todo id")
+    async with db.read() as s:
+        todo = await s.scalar(select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id))
+        if todo is None:
+            raise not_found(f"todo {todo_id!r}")
+        return await todo_detail(s, todo)
+
+
+async def claim(
+    db: Database, endpoint: Endpoint, todo_id: Any, *, lease_seconds: Any = None, fence: Any = False
+) -> dict[str, Any]:
+    """Claim one pending todo by id: spends an attempt and sets a lease."""
+    seconds = _lease_seconds(endpoint, lease_seconds)
+    if not isinstance(fence, bool):
+        raise invalid("fence must be a boolean")
+    now = utcnow()
+    async with db.write() as s:
+        todo = await _locked_todo(s, endpoint, todo_id)
+        if todo.state != "pending":
+            detail = " (dead-lettered)" if todo.dead_letter else ""
+            raise conflict(f"todo {todo.id} is {todo.state}{detail}, not pending")
+        attempt, token = _lease(todo, endpoint, seconds, fence, now)
+        await _add_attempt(s, attempt)
+        await s.flush()
+        return _claimed_view(await _row(s, todo), todo, token)
+
+
+async def claim_next(
+    db: Database, endpoint: Endpoint, *, queue: Any = None, lease_seconds: Any = None, fence: Any = False
+) -> dict[str, Any] | None:
+    """Claim the oldest pending todo of the endpoint (optionally of one queue), or None.
+
+    One statement picks and claims: PostgreSQL skips rows another claimer has locked
+    (``FOR UPDATE SKIP LOCKED``), SQLite runs it under the ``BEGIN IMMEDIATE`` write lock. Either
+    way two claimers never get the same todo, and the pick walks ``ix_todos_claimable`` so its cost
+    does not grow with the backlog.
+    """
+    seconds = _lease_seconds(endpoint, lease_seconds)
+    if not isinstance(fence, bool):
+        raise invalid("fence must be a boolean")
+    queues = [_granted_queue(endpoint, queue)] if queue is not None else list(endpoint.queues)
+    now = utcnow()
+    token = new_token("sbl") if fence else None
+    pick = (
+        select(Todo.id)
+        .where(Todo.endpoint_id == endpoint.id, Todo.state == "pending")
+        .where(Todo.queue == queues[0] if len(queues) == 1 else Todo.queue.in_(queues))
+        .order_by(Todo.created_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    async with db.write() as s:
+        todo = await s.scalar(
+            update(Todo)
+            .where(Todo.id == pick, Todo.state == "pending")
+            .values(
+                state="claimed",
+                attempt=Todo.attempt + 1,
+                lease_expires_at=now + timedelta(seconds=seconds),
+                lease_token_hash=token_hash(token) if token else None,
+                next_retry_at=None,
+                next_ring_at=None,
+                updated_at=now,
+            )
+            .returning(Todo)
+            .execution_options(synchronize_session=False)
+        )
+        if todo is None:
+            return None
+        await _add_attempt(
+            s,
+            Attempt(
+                id=new_id("at"),
+                todo_id=todo.id,
+                number=0,
+                endpoint_id=endpoint.id,
+                claimed_at=now,
+                lease_expires_at=now + timedelta(seconds=seconds),
+                heartbeats=0,
+            ),
+        )
+        await s.flush()
+        return _claimed_view(await _row(s, todo), todo, token)
+
+
+async def heartbeat(
+    db: Database, endpoint: Endpoint, todo_id: Any, *, lease_seconds: Any = None, lease_token: Any = None
+) -> dict[str, Any]:
+    """Extend the lease by ``lease_seconds`` from now (default: the endpoint's lease)."""
+    seconds = _lease_seconds(endpoint, lease_seconds)
+    token = _check_token(lease_token)
+    now = utcnow()
+    async with db.write() as s:
+        todo = await _locked_todo(s, endpoint, todo_id)
+        _held(todo, token, now)
+        todo.lease_expires_at = now + timedelta(seconds=seconds)
+        todo.updated_at = now
+        attempt = await _open_attempt(s, todo)
+        if attempt is not None:
+            attempt.heartbeats += 1
+            attempt.last_heartbeat_at = now
+            attempt.lease_expires_at = todo.lease_expires_at
+        await s.flush()
+        return await _row(s, todo)
+
+
+async def complete(
+    db: Database,
+    endpoint: Endpoint,
+    todo_id: Any,
+    *,
+    result: Any = None,
+    summary: Any = None,
+    lease_token: Any = None,
+) -> dict[str, Any]:
+    summary = _text(summary, "summary", SUMMARY_MAX_CHARS)
+    token = _check_token(lease_token)
+    if result is not None and len(json.dumps(result, default=str)) > RESULT_MAX_BYTES:
+        raise invalid("result is larger than 1 MiB")
+    now = utcnow()
+    async with db.write() as s:
+        todo = await _locked_todo(s, endpoint, todo_id)
+        _held(todo, token, now)
+        await _close_attempt(s, todo, now, "completed", summary)
+        todo.state = "done"
+        todo.result = result
+        todo.lease_expires_at = None
+        todo.lease_token_hash = None
+        todo.next_ring_at = None
+        todo.finished_at, todo.finished_by = now, endpoint.id
+        todo.updated_at = now
+        await s.flush()
+        return await _row(s, todo)
+
+
+async def fail(
+    db: Database,
+    endpoint: Endpoint,
+    todo_id: Any,
+    *,
+    error: Any = None,
+    summary: Any = None,
+    lease_token: Any = None,
+) -> dict[str, Any]:
+    """Fail the attempt: retry later (30 s doubling, at most 15 min) or dead-letter on the last."""
+    error = _text(error, "error", ERROR_MAX_CHARS)
+    summary = _text(summary, "summary", SUMMARY_MAX_CHARS)
+    token = _check_token(lease_token)
+    now = utcnow()
+    async with db.write() as s:
+        todo = await _locked_todo(s, endpoint, todo_id)
+        _held(todo, token, now)
+        last = todo.attempt >= todo.max_attempts
+        await _close_attempt(s, todo, now, "dead_lettered" if last else "failed", summary, error)
+        if last:
+            _dead_letter(todo, now)
+        else:
+            todo.state = "failed"
+            todo.next_retry_at = now + timedelta(seconds=retry_delay(todo.attempt))
+            todo.lease_expires_at = None
+            todo.lease_token_hash = None
+            todo.next_ring_at = None
+            todo.updated_at = now
+        todo.finished_at, todo.finished_by = now, endpoint.id
+        await s.flush()
+        return await _row(s, todo)
+
+
+async def release(
+    db: Database, endpoint: Endpoint, todo_id: Any, *, lease_token: Any = None
+) -> dict[str, Any]:
+    """Give the todo back with no verdict: pending again, and the attempt is not spent."""
+    token = _check_token(lease_token)
+    now = utcnow()
+    async with db.write() as s:
+        todo = await _locked_todo(s, endpoint, todo_id)
+        _held(todo, token, now)
+        await _close_attempt(s, todo, now, "released")
+        todo.attempt = max(todo.attempt - 1, 0)
+        _back_to_pending(todo, now)
+        await s.flush()
+        return await _row(s, todo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Background work. Each pass locks the rows it moves (PostgreSQL: FOR UPDATE SKIP LOCKED, so two
+# processes split the work instead of doing it twice; SQLite: the BEGIN IMMEDIATE write lock) and
+# re-checks the condition on the locked row.
+
+
+async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
+    """Expired leases: back to pending, or dead-lettered on the last attempt. Returns re-pended ids."""
+    now = now or utcnow()
+    repended: list[str] = []
+    async with db.write() as s:
+        todos = (
+            await s.scalars(
+                select(Todo)
+                .where(Todo.state == "claimed", Todo.lease_expires_at <= now)
+                .order_by(Todo.lease_expires_at)
+                .limit(SWEEP_BATCH)
+                .with_for_update(skip_locked=True)
+            )
+        ).all()
+        for todo in todos:
+            if todo.attempt >= todo.max_attempts:
+                await _close_attempt(s, todo, now, "dead_lettered", error="lease expired")
+                _dead_letter(todo, now)
+            else:
+                await _close_attempt(s, todo, now, "expired", error="lease expired")
+                _back_to_pending(todo, now)
+                repended.append(todo.id)
+    return repended
+
+
+async def schedule_retries(db: Database, now: datetime | None = None) -> list[str]:
+    """Failed todos whose retry time has come: back to pending. Returns their ids."""
+    now = now or utcnow()
+    async with db.write() as s:
+        todos = (
+            await s.scalars(
+                select(Todo)
+                .where(Todo.state == "failed", Todo.next_retry_at <= now, Todo.dead_letter.is_(False))
+                .order_by(Todo.next_retry_at)
+                .limit(SWEEP_BATCH)
+                .with_for_update(skip_locked=True)
+            )
+        ).all()
+        for todo in todos:
+            _back_to_pending(todo, now)
+        return [t.id for t in todos]
+
+
+async def lifecycle_pass(services: Services) -> None:
+    """One pass of the lease reaper and the retry scheduler; re-pended todos ring the doorbell."""
+    repended = await reap_leases(services.db)
+    repended += await schedule_retries(services.db)
+    if repended:
+        services.metrics.inc("switchboard_todo_transitions_total", len(repended), verb="requeue")
+        await services.todos_created(repended)
+
+
 def setup(app: web.Application) -> None:
-    """Background lifecycle work (lease reaper, retry scheduler) is added here."""
+    """The lease reaper and retry scheduler, every second (cheap: both walk partial indexes)."""
+    from switchboard.app import periodic
+
+    app.cleanup_ctx.append(periodic("todo-lifecycle", 1.0, lifecycle_pass))

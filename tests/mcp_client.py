@@ -1,0 +1,157 @@
+"""Test helpers: vend endpoints and drive the real ``/mcp`` with the official SDK client.
+
+``connect()`` opens a real Streamable HTTP session (the SDK client, our bearer token) and records
+every ``notifications/claude/channel`` doorbell it hears: the SDK drops notification methods it
+does not know, so a ``NotificationBinding`` registers the method with the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from mcp.client import Client
+from mcp.client.extension import ClientExtension, NotificationBinding
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel, ConfigDict
+
+from switchboard import tenancy, todos
+from switchboard.db import Database
+from switchboard.models import Endpoint, Todo
+
+_handles = itertools.count(1)
+
+
+class ChannelParams(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    content: str
+    meta: dict[str, Any] = {}
+
+
+class ChannelListener(ClientExtension):
+    """Hears doorbells; ``rings`` receives each notification's params in arrival order."""
+
+    identifier = "com.anthropic/claude-channel-test"
+
+    def __init__(self) -> None:
+        self.rings: asyncio.Queue[ChannelParams] = asyncio.Queue()
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [
+            NotificationBinding(
+                method="notifications/claude/channel", params_type=ChannelParams, handler=self._heard
+            )
+        ]
+
+    async def _heard(self, params: ChannelParams) -> None:
+        await self.rings.put(params)
+
+    async def next_ring(self, timeout: float = 2.0) -> ChannelParams:
+        return await asyncio.wait_for(self.rings.get(), timeout)
+
+    async def silence(self, seconds: float) -> bool:
+        """True if no ring arrives within ``seconds``."""
+        try:
+            await asyncio.wait_for(self.rings.get(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+
+@dataclass
+class Agent:
+    client: Client
+    listener: ChannelListener
+    endpoint: Endpoint
+    calls: list[str] = field(default_factory=list)
+
+    async def call(self, name: str, **arguments: Any) -> types.CallToolResult:
+        return await self.client.call_tool(name, arguments)
+
+    async def ok(self, name: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(name, **arguments)
+        assert not result.is_error, f"{name} failed: {result.content}"
+        assert isinstance(result.structured_content, dict)
+        return result.structured_content
+
+    async def error(self, name: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(name, **arguments)
+        assert result.is_error, f"{name} unexpectedly succeeded: {result.structured_content}"
+        body = result.structured_content
+        assert isinstance(body, dict) and set(body) >= {"error", "message"}
+        text = result.content[0]
+        assert isinstance(text, types.TextContent)
+        assert text.text == f"{body['error']}: {body['message']}"
+        return body
+
+
+async def vend(
+    db: Database,
+    *,
+    queues: list[str] | None = None,
+    families: list[str] | None = None,
+    default_lease_seconds: int = 300,
+    owner: tenancy.Owner | None = None,
+) -> tuple[Endpoint, str]:
+    if owner is None:
+        human, _ = await tenancy.add_human(db, f"human-{next(_handles)}")
+        owner = tenancy.Owner(human_id=human.id)
+    return await tenancy.vend_endpoint(
+        db,
+        name=f"agent {next(_handles)}",
+        owner=owner,
+        queues=queues or ["default"],
+        families=families or [],
+        default_lease_seconds=default_lease_seconds,
+    )
+
+
+async def add_todo(
+    db: Database,
+    endpoint: Endpoint,
+    *,
+    title: str = "work",
+    queue: str | None = None,
+    payload: Any = None,
+    reply_to: dict[str, Any] | None = None,
+    source: str = "manual",
+    kind: str = "manual",
+) -> Todo:
+    """A pending todo (as ingest would mint one), committed; the caller rings via todos_created."""
+    todo = todos.new_todo_row(
+        endpoint_id=endpoint.id,
+        queue=queue or endpoint.queues[0],
+        source=source,
+        kind=kind,
+        title=title,
+        payload=payload if payload is not None else {"n": 1},
+        reply_to=reply_to,
+    )
+    async with db.write() as s:
+        s.add(todo)
+    return todo
+
+
+def http_client(token: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=300.0)
+    )
+
+
+@asynccontextmanager
+async def connect(
+    base_url: str, token: str, endpoint: Endpoint, *, mode: str = "legacy"
+) -> AsyncIterator[Agent]:
+    """A live session on ``/mcp`` (``mode="legacy"``: the handshake, stateful, with the GET stream;
+    ``mode="2026-07-28"``: the newest, stateless revision)."""
+    listener = ChannelListener()
+    async with http_client(token) as http:
+        transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
+        async with Client(transport, mode=mode, extensions=[listener], cache=None) as client:
+            yield Agent(client=client, listener=listener, endpoint=endpoint)
