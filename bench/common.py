@@ -1,0 +1,489 @@
+"""The harness every benchmark shares: private databases, tenants, bulk todos, a server process,
+signed deliveries, percentiles and the report lines.
+
+Benchmarks report figures; they assert nothing about speed and the test suite never runs them.
+Every load they make goes to 127.0.0.1 and is bounded both in count and in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from switchboard import db as db_mod
+from switchboard import plugins, tenancy
+from switchboard.app import Services
+from switchboard.db import Database, utcnow
+from switchboard.models import Endpoint, Todo
+from switchboard.settings import Settings
+from switchboard.vault import Vault, generate_key
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PG_ENV = "SWITCHBOARD_BENCH_DATABASE_URL"
+PG_DEFAULT = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+ENGINES = ("sqlite", "postgresql")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parser(description: str, *, engines: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    if engines:
+        p.add_argument(
+            "--db",
+            choices=[*ENGINES, "both"],
+            default="both",
+            help=f"engine to measure (PostgreSQL URL from ${PG_ENV})",
+        )
+    p.add_argument("--json", dest="json_path", type=Path, help="append the results as JSON lines here")
+    return p
+
+
+def engines_of(choice: str) -> list[str]:
+    return list(ENGINES) if choice == "both" else [choice]
+
+
+def positive_ints(value: str) -> list[int]:
+    """``"1,4,16"`` → ``[1, 4, 16]``; a clear argparse error for anything else."""
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma list of integers") from None
+    if not out or any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"{value!r} must list positive integers")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Databases
+
+
+def pg_admin_url() -> str:
+    url = os.environ.get(PG_ENV, "").strip() or PG_DEFAULT
+    if url.startswith("postgresql://"):
+        url = "postgresql+asyncpg://" + url.removeprefix("postgresql://")
+    return url
+
+
+async def _pg_admin(statement: str) -> None:
+    engine = create_async_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+@dataclass
+class BenchDatabase:
+    engine: str
+    # SQLAlchemy URL (sqlite+aiosqlite:// or postgresql+asyncpg://).
+    url: str
+    directory: Path
+
+    @property
+    def asyncpg_dsn(self) -> str:
+        """The same database as a plain ``postgresql://`` DSN (for asyncpg and the baseline queue)."""
+        return make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextlib.asynccontextmanager
+async def private_database(engine: str, *, migrate: bool = True) -> AsyncIterator[BenchDatabase]:
+    """A fresh, migrated database for one measurement, removed afterwards.
+
+    SQLite: a file in a temporary directory. PostgreSQL: ``CREATE DATABASE sbbench_…`` on the
+    server in ``$SWITCHBOARD_BENCH_DATABASE_URL``, dropped with ``FORCE`` at the end (even after
+    an error), so a benchmark never touches anybody else's data.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="sbbench-"))
+    try:
+        if engine == "sqlite":
+            url = f"sqlite+aiosqlite:///{directory / 'switchboard.db'}"
+            if migrate:
+                await db_mod.upgrade_async(url)
+            yield BenchDatabase(engine, url, directory)
+            return
+        name = f"sbbench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        admin = make_url(pg_admin_url())
+        await _pg_admin(f'CREATE DATABASE "{name}"')
+        try:
+            url = admin.set(database=name).render_as_string(hide_password=False)
+            if migrate:
+                await db_mod.upgrade_async(url)
+            yield BenchDatabase(engine, url, directory)
+        finally:
+            await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def make_services(bench_db: BenchDatabase, key: str, **overrides: Any) -> Services:
+    settings = Settings(database_url=bench_db.url, secret_encryption_key=key, **overrides)  # type: ignore[arg-type]
+    return Services(
+        settings=settings,
+        db=Database(settings.database_url),
+        vault=Vault(settings.encryption_key),
+        providers=plugins.load(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tenants
+
+
+@dataclass
+class Tenant:
+    """One human, one endpoint (and its ``sbk_`` token), optionally one webhook."""
+
+    human_id: str
+    endpoint: Endpoint
+    endpoint_token: str
+    queue: str
+    webhook_id: str | None = None
+    ingest_token: str | None = None
+    webhook_secret: str | None = None
+
+
+async def provision(
+    services: Services,
+    *,
+    handle: str = "bench",
+    queue: str = "default",
+    source: str | None = "github",
+    families: Sequence[str] = ("reply",),
+) -> Tenant:
+    human, _ = await tenancy.add_human(services.db, handle)
+    owner = tenancy.Owner(human_id=human.id)
+    endpoint, token = await tenancy.vend_endpoint(
+        services.db, name=f"{handle}-agent", owner=owner, queues=[queue], families=list(families)
+    )
+    tenant = Tenant(human.id, endpoint, token, queue)
+    if source is not None:
+        hook = await tenancy.create_webhook(
+            services.db, services.vault, services.providers, endpoint_slug=endpoint.slug, source=source
+        )
+        tenant.webhook_id, tenant.ingest_token, tenant.webhook_secret = (
+            hook.webhook.id,
+            hook.ingest_token,
+            hook.secret,
+        )
+    return tenant
+
+
+# ---------------------------------------------------------------------------------------------
+# Bulk backlog: the fast path, not the ingest path (that one is measured on its own).
+
+SQLITE_BATCH = 20_000
+
+
+async def bulk_pending(db: Database, endpoint_id: str, queue: str, count: int, *, first: int = 0) -> float:
+    """Insert ``count`` pending todos numbered ``first…first+count-1``; returns the seconds taken.
+
+    PostgreSQL: one ``INSERT … SELECT … FROM generate_series``. SQLite: batched ``executemany``
+    under ``BEGIN IMMEDIATE``. The rows are ordinary pending todos (oldest first by number) with
+    their doorbell already rung (``next_ring_at`` null), so the ring sweeper leaves them alone.
+    """
+    started = time.perf_counter()
+    # Older than anything a benchmark creates afterwards, in number order.
+    base = utcnow() - timedelta(days=30)
+    if not db.is_sqlite:
+        async with db.write() as s:
+            await s.execute(
+                text(
+                    """
+                    INSERT INTO todos (id, endpoint_id, queue, source, kind, title, state, attempt,
+                        max_attempts, dead_letter, payload, payload_size, ring_count, next_ring_at,
+                        created_at, updated_at)
+                    SELECT 'td_bench' || lpad(g::text, 12, '0'), :endpoint, :queue, 'bench', 'bench',
+                        'bench todo ' || g, 'pending', 0, 5, false, '\\x7b7d'::bytea, 2, 0, NULL,
+                        CAST(:base AS timestamptz) + g * interval '1 millisecond',
+                        CAST(:base AS timestamptz) + g * interval '1 millisecond'
+                    FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g
+                    """
+                ),
+                {"endpoint": endpoint_id, "queue": queue, "base": base, "lo": first, "hi": first + count - 1},
+            )
+        return time.perf_counter() - started
+    table = Todo.__table__
+    for lo in range(first, first + count, SQLITE_BATCH):
+        hi = min(lo + SQLITE_BATCH, first + count)
+        rows = [
+            {
+                "id": f"td_bench{g:012d}",
+                "endpoint_id": endpoint_id,
+                "queue": queue,
+                "source": "bench",
+                "kind": "bench",
+                "title": f"bench todo {g}",
+                "state": "pending",
+                "attempt": 0,
+                "max_attempts": 5,
+                "dead_letter": False,
+                "payload": b"{}",
+                "payload_size": 2,
+                "ring_count": 0,
+                "next_ring_at": None,
+                "created_at": base + timedelta(milliseconds=g),
+                "updated_at": base + timedelta(milliseconds=g),
+            }
+            for g in range(lo, hi)
+        ]
+        async with db.write() as s:
+            await s.execute(insert(table), rows)
+    return time.perf_counter() - started
+
+
+async def analyze(db: Database) -> None:
+    """Refresh planner statistics after a bulk load, as autovacuum / a routine ANALYZE would."""
+    async with db.write() as s:
+        await s.execute(text("ANALYZE"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Signed GitHub deliveries (real octokit payloads, signed the way GitHub signs)
+
+GITHUB_EVENTS: tuple[tuple[str, str], ...] = (
+    ("issues", "issues.opened.json"),
+    ("issue_comment", "issue_comment.created.json"),
+    ("pull_request", "pull_request.opened.json"),
+    ("pull_request_review", "pull_request_review.submitted.json"),
+)
+
+
+def github_bodies() -> list[tuple[str, bytes]]:
+    """``(event, raw body)`` pairs from ``bench/fixtures/github`` (verbatim, never edited)."""
+    return [(event, (FIXTURES / "github" / name).read_bytes()) for event, name in GITHUB_EVENTS]
+
+
+def github_headers(secret: str, event: str, body: bytes) -> dict[str, str]:
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "GitHub-Hookshot/bench",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-GitHub-Hook-ID": "1",
+        "X-Hub-Signature-256": f"sha256={signature}",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# A server process (bench/serve.py: the app as `switchboard serve` builds it)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    process: asyncio.subprocess.Process
+    base_url: str
+    log_path: Path
+
+    def peak_rss_mib(self) -> float | None:
+        """The process's peak resident set (``VmHWM``) so far, in MiB (Linux)."""
+        return _proc_status_kib(self.process.pid, "VmHWM")
+
+    def rss_mib(self) -> float | None:
+        return _proc_status_kib(self.process.pid, "VmRSS")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _proc_status_kib(pid: int, field_name: str) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextlib.asynccontextmanager
+async def server_process(
+    bench_db: BenchDatabase, key: str, *, env: dict[str, str] | None = None, startup_timeout: float = 60.0
+) -> AsyncIterator[ServerProcess]:
+    """Run ``python -m bench.serve`` on a free 127.0.0.1 port until the block ends (SIGTERM)."""
+    import aiohttp
+
+    port = free_port()
+    log_path = bench_db.directory / f"server-{port}.log"
+    child_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+        "SWITCHBOARD_DATABASE_URL": bench_db.url,
+        "SWITCHBOARD_HOST": "127.0.0.1",
+        "SWITCHBOARD_PORT": str(port),
+        "SWITCHBOARD_BASE_URL": f"http://127.0.0.1:{port}",
+        "SWITCHBOARD_SECRET_ENCRYPTION_KEY": key,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        **(env or {}),
+    }
+    with log_path.open("wb") as log_file:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.serve",
+            cwd=str(ROOT),
+            env=child_env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    server = ServerProcess(process, f"http://127.0.0.1:{port}", log_path)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        async with aiohttp.ClientSession() as http:
+            while True:
+                if process.returncode is not None:
+                    raise RuntimeError(f"the server exited with {process.returncode}:\n{server.log_tail()}")
+                try:
+                    async with http.get(server.base_url + "/healthz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the server did not come up in {startup_timeout}s:\n{server.log_tail()}"
+                    )
+                await asyncio.sleep(0.1)
+        yield server
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass
+class Latencies:
+    """Seconds in, milliseconds out."""
+
+    values: list[float] = field(default_factory=list)
+
+    def add(self, seconds: float) -> None:
+        self.values.append(seconds)
+
+    def extend(self, values: Iterable[float]) -> None:
+        self.values.extend(values)
+
+    def summary(self) -> dict[str, float | int]:
+        ordered = sorted(self.values)
+        if not ordered:
+            return {"n": 0}
+        return {
+            "n": len(ordered),
+            "p50_ms": round(percentile(ordered, 0.50) * 1000, 3),
+            "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
+            "mean_ms": round(sum(ordered) / len(ordered) * 1000, 3),
+            "max_ms": round(ordered[-1] * 1000, 3),
+        }
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    return {
+        "date": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+async def postgres_version() -> str:
+    engine = create_async_engine(pg_admin_url())
+    try:
+        async with engine.connect() as conn:
+            version = str((await conn.execute(text("SHOW server_version"))).scalar())
+    finally:
+        await engine.dispose()
+    return version.split()[0]
+
+
+def new_key() -> str:
+    """A fresh vault key for this run (so webhook secrets are stored encrypted, as in production)."""
+    return generate_key()
+
+
+class Report:
+    """Prints each result as a table row and appends it to ``--json`` as one JSON line."""
+
+    def __init__(self, benchmark: str, json_path: Path | None) -> None:
+        self.benchmark = benchmark
+        self.json_path = json_path
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, **row: Any) -> None:
+        row = {"benchmark": self.benchmark, **row}
+        self.rows.append(row)
+        print("  " + "  ".join(f"{k}={v}" for k, v in row.items() if k != "benchmark"), flush=True)
+        if self.json_path is not None:
+            with self.json_path.open("a") as out:
+                out.write(json.dumps({**row, "machine": machine()}) + "\n")
+
+
+def heading(text_: str) -> None:
+    print(f"\n== {text_}", flush=True)
