@@ -84,7 +84,7 @@ async def _view(s: AsyncSession, c: Connection, *, full: bool = True) -> dict[st
     slugs: list[str] = []
     if c.endpoints:
         rows = await s.execute(select(Endpoint.id, Endpoint.slug).where(Endpoint.id.in_(c.endpoints)))
-        by_id = dict(rows.tuples().all())
+        by_id = {eid: slug for eid, slug in rows.all()}
         slugs = [by_id[e] for e in c.endpoints if e in by_id]
     last = c.last_test
     view.update(
@@ -430,15 +430,10 @@ async def connections_for_human(services: Any, human_id: str) -> list[dict[str, 
     """Every connection of the human's own scope and teams: the full view (with ``can_manage:
     true``) where they manage it, names, kinds, account keys and fingerprints only elsewhere."""
     async with services.db.read() as s:
-        roles = dict(
-            (
-                await s.execute(
-                    select(Membership.team_id, Membership.role).where(Membership.human_id == human_id)
-                )
-            )
-            .tuples()
-            .all()
+        memberships = await s.execute(
+            select(Membership.team_id, Membership.role).where(Membership.human_id == human_id)
         )
+        roles: dict[str, str] = {team_id: role for team_id, role in memberships.all()}
         rows = await s.scalars(
             select(Connection)
             .where((Connection.owner_human_id == human_id) | Connection.owner_team_id.in_(list(roles)))

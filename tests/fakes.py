@@ -17,11 +17,12 @@ import json
 import re
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -321,3 +322,50 @@ async def claimed_todo(
     async with db.write() as s:
         s.add(todo)
     return todo
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures (import them into a test module: ``from tests.fakes import fake_github, ...``).
+
+
+@pytest.fixture
+async def fake_github() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("github").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def fake_gitea() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("gitea").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def fake_slack() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("slack").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def fake_cairn() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("cairn").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def settings_overrides(fake_github: FakeProvider, fake_slack: FakeProvider) -> dict[str, Any]:
+    """The SaaS API bases point at the fakes (SWITCHBOARD_GITHUB_API_URL / _SLACK_API_URL)."""
+    return {"github_api_url": fake_github.base_url, "slack_api_url": f"{fake_slack.base_url}/api"}
+
+
+@pytest.fixture
+async def guarded(services: Any) -> AsyncIterator[Outbound]:
+    """The services' outbound client: the production one, trusting the fakes' test CA."""
+    client = guarded_client(allow_cidrs=services.settings.outbound_allow_cidrs)
+    services.extras["outbound"] = client
+    yield client
+    await client.close()
