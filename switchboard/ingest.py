@@ -1,9 +1,464 @@
-"""(being built: see the open issues)"""
+"""Webhook ingest: ``POST /webhooks/{ingest_token}`` turns a verified delivery into todos (SPEC §4).
+
+The order matters and is the contract: size cap and rate limit (nothing stored), the webhook and its
+targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing), the delivery key
+and deduplication, housekeeping, echo suppression, the reply address (verified deliveries only),
+then one transaction for the event and every fan-out todo, and only after it commits the 202 and
+the doorbell. The source kind is whatever a provider registered: nothing here names one.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
 from aiohttp import web
+from multidict import CIMultiDictProxy
+from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
+
+from switchboard.app import Services, services_of
+from switchboard.db import utcnow
+from switchboard.echo import is_own_reply
+from switchboard.ids import new_id, token_hash
+from switchboard.models import Endpoint, Event, Route, Todo, Webhook
+from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.tenancy import endpoint_is_live, webhook_secret
+from switchboard.todos import new_todo_row
+from switchboard.vault import VaultError
+
+log = logging.getLogger("switchboard.ingest")
+
+MAX_BODY_BYTES = 5 * 1024 * 1024
+KEY_LIMIT = 200
+# Header names whose values are credentials or signatures: kept on the event as "[redacted]".
+_SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
+_PRINTABLE_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+
+
+class RateLimiter:
+    """A token bucket per client IP, in memory (per process). Generous by default: it is there to
+    stop one sender from flooding the database, not to shape normal traffic."""
+
+    def __init__(self, rate: float = 50.0, burst: float = 500.0, max_clients: int = 50_000) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_clients = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def configure(self, *, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets.clear()
+
+    def take(self, client: str) -> float:
+        """Spend one token; 0 when allowed, else the seconds until a token is available."""
+        now = time.monotonic()
+        tokens, last = self._buckets.get(client, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) >= self.max_clients and client not in self._buckets:
+            self._prune(now)
+        if tokens >= 1:
+            self._buckets[client] = (tokens - 1, now)
+            return 0.0
+        self._buckets[client] = (tokens, now)
+        return (1 - tokens) / self.rate if self.rate > 0 else 3600.0
+
+    def _prune(self, now: float) -> None:
+        # A bucket that has refilled completely carries no state worth keeping.
+        full_after = self.burst / self.rate if self.rate > 0 else math.inf
+        for client, (_, last) in list(self._buckets.items()):
+            if now - last >= full_after:
+                del self._buckets[client]
+        if len(self._buckets) >= self.max_clients:
+            # Still full (an address spray): forget the stalest half rather than grow without bound.
+            stale = sorted(self._buckets.items(), key=lambda item: item[1][1])
+            for client, _ in stale[: len(stale) // 2]:
+                del self._buckets[client]
+
+
+INGEST_LIMITER = web.AppKey("ingest_limiter", RateLimiter)
+
+
+class Refusal(Exception):
+    """An answer that ends ingest early; nothing has been stored when one is raised."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(code)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+    def response(self) -> web.Response:
+        return web.json_response(
+            {"error": self.code, "message": self.message}, status=self.status, headers=self.headers
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    endpoint_id: str
+    slug: str
+    owner_scope: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: web.Response
+    source: str
+    disposition: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pure helpers (also used by the tests)
+
+
+def clean_line(text: object, limit: int) -> str:
+    """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
+    value = str(text).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    value = "".join(" " if unicodedata.category(c) in ("Cc", "Cs") else c for c in value)
+    value = " ".join(value.split())
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def storable(payload: Any) -> Any:
+    """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
+    text = json.dumps(payload, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+        return payload
+    except UnicodeEncodeError:
+        return json.loads(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+
+
+def delivery_key(key: str | None, body: bytes) -> str:
+    """The provider's key when it is a short printable token, else a hash (of the key or the body).
+
+    A long key is hashed rather than cut, so two keys that share a prefix never collide.
+    """
+    if key is None or key == "":
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+    if _PRINTABLE_KEY.fullmatch(key):
+        return key
+    return "key-sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def redact_headers(headers: CIMultiDictProxy[str] | dict[str, str]) -> dict[str, str]:
+    """The request headers as stored on the event: signatures, credentials and cookies redacted."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        name = clean_line(name, 100)
+        value = "[redacted]" if _SECRET_HEADER.search(name) else clean_line(value, 1000)
+        out[name] = f"{out[name]}, {value}" if name in out and value != "[redacted]" else value
+    return out
+
+
+def has_clues(clues: EchoClues | None) -> bool:
+    return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
+
+
+def address_for(services: Services, delivery: Delivery, verdict: Verdict, verified: bool) -> Address | None:
+    """The reply address a provider derives, for verified deliveries only (SPEC §6.1)."""
+    if not verified:
+        return None
+    try:
+        address = services.providers.hook.derive_address(delivery=delivery, verdict=verdict)
+    except Exception as exc:
+        # A provider bug must not lose the delivery: the todo is still created, without an address.
+        log.error("derive_address for %s raised %s; no reply address", delivery.source, type(exc).__name__)
+        return None
+    return address if isinstance(address, Address) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The handler
+
+
+async def _read_body(request: web.Request) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _targets(services: Services, webhook: Webhook) -> list[Target]:
+    """The owner endpoint first, then the routes in the order they were added; live ones only."""
+    async with services.db.read() as s:
+        owner = await s.get(Endpoint, webhook.endpoint_id)
+        routed = (
+            await s.scalars(
+                select(Endpoint)
+                .join(Route, Route.endpoint_id == Endpoint.id)
+                .where(Route.webhook_id == webhook.id)
+                .order_by(Route.created_at, Route.id)
+            )
+        ).all()
+    now = utcnow()
+    return [
+        Target(e.id, e.slug, e.owner_human_id or e.owner_team_id or "")
+        for e in ([owner] if owner is not None else []) + list(routed)
+        if endpoint_is_live(e, now) and webhook.queue in e.queues
+    ]
+
+
+async def _original(services: Services, webhook: Webhook, key: str, secondary: str | None) -> Event | None:
+    async with services.db.read() as s:
+        match = Event.delivery_key == key
+        if secondary is not None:
+            match = or_(match, Event.secondary_key == secondary)
+        return await s.scalar(
+            select(Event).where(Event.webhook_id == webhook.id, match).order_by(Event.received_at).limit(1)
+        )
+
+
+async def _duplicate(services: Services, webhook: Webhook, event: Event, verified: bool) -> web.Response:
+    """202 with the original delivery's todos and ``created: 0``."""
+    async with services.db.read() as s:
+        rows = (
+            await s.execute(
+                select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
+                .join(Endpoint, Endpoint.id == Todo.endpoint_id)
+                .where(Todo.event_id == event.id)
+            )
+        ).all()
+        route_order = (
+            await s.scalars(
+                select(Route.endpoint_id).where(Route.webhook_id == webhook.id).order_by(Route.created_at)
+            )
+        ).all()
+    rank = {webhook.endpoint_id: -1, **{eid: i for i, eid in enumerate(route_order)}}
+    rows = sorted(rows, key=lambda r: (rank.get(r.endpoint_id, len(rank)), r.id))
+    return _accepted(
+        [{"id": r.id, "endpoint": r.slug, "queue": r.queue, "created": False} for r in rows],
+        created=0,
+        verified=verified,
+        trust_mode=event.trust_mode,
+        disposition="duplicate",
+    )
+
+
+def _accepted(
+    todos: list[dict[str, Any]], *, created: int, verified: bool, trust_mode: str, disposition: str
+) -> web.Response:
+    return web.json_response(
+        {
+            "todos": todos,
+            "created": created,
+            "verified": verified,
+            "trust_mode": trust_mode,
+            "disposition": disposition,
+        },
+        status=202,
+    )
+
+
+async def _ingest(
+    request: web.Request, services: Services, limiter: RateLimiter, seen: dict[str, str]
+) -> Outcome:
+    # 1. Size cap (cheaply from Content-Length first) and the per-client rate limit.
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
+    wait = limiter.take(request.remote or "unknown")
+    if wait > 0:
+        raise Refusal(
+            429,
+            "rate_limited",
+            "too many deliveries from this address; retry later",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+    body = await _read_body(request)
+    received_at = utcnow()
+
+    # 2. The webhook, its provider and its live targets.
+    token = request.match_info["ingest_token"]
+    if not 8 <= len(token) <= 200:
+        raise Refusal(404, "not_found", "no such webhook")
+    async with services.db.read() as s:
+        webhook = await s.scalar(select(Webhook).where(Webhook.ingest_token_hash == token_hash(token)))
+    if webhook is None:
+        raise Refusal(404, "not_found", "no such webhook")
+    source = seen["source"] = webhook.source
+    kind = services.providers.sources.get(source)
+    if kind is None:
+        log.error("webhook %s: no installed provider handles source kind %r", webhook.id, source)
+        raise Refusal(
+            503,
+            "unavailable",
+            f"no installed provider handles source kind {source!r}; the operator must install it",
+        )
+    if webhook.secret_state == "awaiting":
+        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+    targets = await _targets(services, webhook)
+    if not targets:
+        raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
+    verified = kind.secret != "none" and webhook.trust_mode == "signed"
+    try:
+        secret = webhook_secret(services.vault, webhook)
+    except VaultError as exc:
+        log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
+        raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
+    if verified and not secret:
+        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+
+    # 3. Verify over the raw bytes (the provider compares in constant time).
+    delivery = Delivery(
+        source=source, headers=request.headers, body=body, received_at=received_at, secret=secret
+    )
+    try:
+        verdict = services.providers.hook.verify(delivery=delivery)
+    except Exception as exc:
+        log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
+        raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
+    if not isinstance(verdict, Verdict):
+        log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
+        raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
+    if not verdict.ok:
+        # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
+        log.warning(
+            "ingest refused: webhook=%s source=%s remote=%s reason=%s",
+            webhook.id,
+            source,
+            request.remote,
+            clean_line(verdict.detail, 200),
+        )
+        if verdict.error == "invalid_body":
+            raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
+        raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
+    if verdict.respond is not None:
+        # A handshake (Slack url_verification): answered at once, nothing stored.
+        return Outcome(web.json_response(verdict.respond, status=200), source, "handshake")
+
+    # 4. Delivery key and deduplication.
+    key = delivery_key(verdict.delivery_key, body)
+    secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
+    original = await _original(services, webhook, key, secondary)
+    if original is not None:
+        return Outcome(await _duplicate(services, webhook, original, verified), source, "duplicate")
+
+    # 5./6. Housekeeping, echo suppression and the reply address.
+    disposition = "ignored" if verdict.ignore else "routed"
+    address: Address | None = None
+    if disposition == "routed":
+        address = address_for(services, delivery, verdict, verified)
+        if verified and await _is_echo(services, delivery, verdict, targets, address):
+            disposition = "self_reply"
+            services.metrics.inc("switchboard_echo_drops_total", source=source)
+
+    # 7. One transaction: the event and one todo per target.
+    event = Event(
+        id=new_id("ev"),
+        webhook_id=webhook.id,
+        source=source,
+        event_type=clean_line(verdict.event or source, 100),
+        delivery_key=key,
+        secondary_key=secondary,
+        headers=redact_headers(request.headers),
+        body=body,
+        verified=verified,
+        verify_detail=clean_line(verdict.detail, 200),
+        trust_mode=webhook.trust_mode,
+        disposition=disposition,
+        received_at=received_at,
+    )
+    todos: list[tuple[Target, Todo]] = []
+    if disposition == "routed":
+        payload = storable(verdict.payload if verdict.payload is not None else {})
+        reply_to = address.as_dict() if address is not None else None
+        for target in targets:
+            todo = new_todo_row(
+                endpoint_id=target.endpoint_id,
+                queue=webhook.queue,
+                source=source,
+                kind=clean_line(verdict.event or source, 100),
+                title=clean_line(verdict.title or f"{source} delivery", 300),
+                payload=payload,
+                reply_to=dict(reply_to) if reply_to else None,
+                event_id=event.id,
+                now=received_at,
+            )
+            todos.append((target, todo))
+    try:
+        async with services.db.write() as s:
+            s.add(event)
+            await s.flush()
+            s.add_all([todo for _, todo in todos])
+    except IntegrityError:
+        # Another copy of this delivery committed first (unique keys): answer as its duplicate.
+        original = await _original(services, webhook, key, secondary)
+        if original is None:
+            log.warning("webhook %s changed while a delivery was being stored", webhook.id)
+            raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
+        return Outcome(await _duplicate(services, webhook, original, verified), source, "duplicate")
+
+    # 8. Acknowledge (the data is committed) and ring the doorbell.
+    if todos:
+        services.metrics.inc("switchboard_todos_created_total", float(len(todos)), source=source)
+        await services.todos_created([todo.id for _, todo in todos])
+    log.info(
+        "ingest webhook=%s source=%s event=%s disposition=%s todos=%d",
+        webhook.id,
+        source,
+        event.event_type,
+        disposition,
+        len(todos),
+    )
+    return Outcome(
+        _accepted(
+            [{"id": t.id, "endpoint": tg.slug, "queue": t.queue, "created": True} for tg, t in todos],
+            created=len(todos),
+            verified=verified,
+            trust_mode=webhook.trust_mode,
+            disposition=disposition,
+        ),
+        source,
+        disposition,
+    )
+
+
+async def _is_echo(
+    services: Services, delivery: Delivery, verdict: Verdict, targets: list[Target], address: Address | None
+) -> bool:
+    try:
+        clues = services.providers.hook.is_echo(delivery=delivery, verdict=verdict)
+    except Exception as exc:
+        log.error("is_echo for %s raised %s; treating as not an echo", delivery.source, type(exc).__name__)
+        return False
+    if not isinstance(clues, EchoClues) or not has_clues(clues):
+        return False
+    scopes = list(dict.fromkeys(t.owner_scope for t in targets))
+    async with services.db.read() as s:
+        return await is_own_reply(s, scopes, clues, thread_key=address.display if address else None)
+
+
+async def handle_webhook(request: web.Request) -> web.Response:
+    services = services_of(request)
+    started = time.perf_counter()
+    # The source label is known once the webhook is found; refusals before that count as "unknown".
+    seen = {"source": "unknown"}
+    disposition = "refused"
+    try:
+        outcome = await _ingest(request, services, request.app[INGEST_LIMITER], seen)
+        response, disposition = outcome.response, outcome.disposition
+    except Refusal as refusal:
+        response = refusal.response()
+    source = seen["source"]
+    services.metrics.inc(
+        "switchboard_ingest_total", source=source, status=str(response.status), disposition=disposition
+    )
+    services.metrics.observe("switchboard_ingest_seconds", time.perf_counter() - started, source=source)
+    return response
 
 
 def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
+    app[INGEST_LIMITER] = RateLimiter()
+    app.router.add_post("/webhooks/{ingest_token}", handle_webhook)
