@@ -28,8 +28,9 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from sqlalchemy import delete, or_, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import connections, tenancy
@@ -321,15 +322,31 @@ async def read_form(request: web.Request) -> dict[str, str]:
     """The posted fields (first value of each, text only); a body that is not a form is empty."""
     try:
         data = await request.post()
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid("the form could not be read") from exc
+    except web.HTTPRequestEntityTooLarge:
+        raise SwitchboardError("payload_too_large", "the form is larger than the server accepts") from None
+    except (ValueError, UnicodeDecodeError, HttpProcessingError):
+        # A malformed urlencoded or multipart body (bad boundary, broken part headers, …).
+        raise invalid("the form could not be read") from None
     out: dict[str, str] = {}
     for key, value in data.items():
         if isinstance(value, str) and key not in out:
             if len(value) > FIELD_MAX:
                 raise invalid(f"field {key!r} is longer than {FIELD_MAX} characters")
-            out[key] = value
+            out[key] = check_text(value, key)
     return out
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse NUL characters up front: PostgreSQL cannot store or compare them, and no name,
+    slug, id or secret we accept contains one."""
+    if "\x00" in value:
+        raise invalid(f"{what} contains a NUL character")
+    return value
+
+
+def check_request_text(request: web.Request) -> None:
+    for key, value in [*request.match_info.items(), *request.query.items()]:
+        check_text(value, key)
 
 
 Handler = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
@@ -345,6 +362,7 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
     async def wrapper(request: web.Request) -> web.StreamResponse:
         viewer: Viewer | None = None
         try:
+            check_request_text(request)
             viewer = await load_viewer(request)
             if viewer is None:
                 if request.method in ("GET", "HEAD"):
@@ -365,9 +383,18 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
             raise
         except SwitchboardError as exc:
             return error_page(viewer, exc.http_status, exc.message, _title_of(exc.code))
+        except IntegrityError:
+            # tenancy and connections map the constraints they know; this is a concurrent change.
+            log.warning("web UI: integrity conflict on %s %s", request.method, request.path)
+            return error_page(
+                viewer, 409, "That changed at the same time elsewhere. Reload and retry.", "Conflict"
+            )
         except (DatabaseUnavailable, OperationalError, DBAPIError, OSError):
             log.exception("web UI: database unavailable on %s %s", request.method, request.path)
             return error_page(viewer, 503, "The database is unavailable. Try again shortly.", "Unavailable")
+        except Exception:
+            log.exception("web UI: unhandled error on %s %s", request.method, request.path)
+            return error_page(viewer, 500, "Something went wrong on our side; it has been logged.", "Error")
 
     wrapper.__name__ = fn.__name__
     return wrapper
@@ -460,7 +487,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     try:
         form = await read_form(request)
     except SwitchboardError as exc:
-        return _login_response(request, error=exc.message, status=400)
+        return _login_response(request, error=exc.message, status=exc.http_status)
     expected = request.cookies.get(LOGIN_COOKIE, "")
     if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
         return _login_response(
@@ -1003,6 +1030,12 @@ async def revoke(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         )
     await tenancy.revoke_endpoint(services.db, slug)
     log.info("web: %s revoked endpoint %s", viewer.handle, slug)
+    # Close its live MCP sessions now rather than at the next revocation sweep. The MCP service
+    # registers itself in extras; every MCP request re-checks the token in any case.
+    mcp_service = services.extras.get("mcp")
+    sweep = getattr(mcp_service, "sweep_revoked", None)
+    if sweep is not None:
+        await sweep()
     raise see_other("/ui/endpoints", "revoked")
 
 

@@ -674,3 +674,34 @@ async def test_another_humans_resources_are_invisible_and_404(
         assert (await s.get(Todo, todo.id)).state == "pending"  # type: ignore[union-attr]
     teams = await tenancy.list_teams(db)
     assert teams[0]["members"] == [{"handle": "ada", "role": "owner"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed requests
+
+
+async def test_malformed_requests_get_a_clear_4xx_page_and_change_nothing(browser: Browser, db: Any) -> None:
+    await browser.login(await human(db, "ada"))
+    url = browser.base_url + "/ui/endpoints"
+    part = 'Content-Disposition: form-data; name="csrf"\r\n\r\n'
+    cases: list[tuple[bytes, str, int]] = [
+        (b"--xx\r\ngarbage", "multipart/form-data; boundary=xx", 400),
+        (b"garbage", "multipart/form-data", 400),
+        (f"--xx\r\n{part}{browser.csrf}\r\n--xx\r\nbroken".encode(), "multipart/form-data; boundary=xx", 400),
+        (f"csrf={browser.csrf}&name=a%00b&owner=me".encode(), "application/x-www-form-urlencoded", 400),
+        (b'{"name": "bot"}', "application/json", 403),
+        (b"x" * (6 * 1024 * 1024), "application/x-www-form-urlencoded", 413),
+    ]
+    for body, content_type, status in cases:
+        async with browser.http.post(url, data=body, headers={"Content-Type": content_type}) as resp:
+            text = await resp.text()
+        assert resp.status == status, (content_type, body[:60], text[:300])
+        assert resp.headers["Content-Type"].startswith("text/html")
+        assert_ui_headers(resp)
+    for path in ("/ui/todos/td_%00", "/ui?endpoint=%00", "/ui?queue=a%00"):
+        resp, text = await browser.get(path)
+        assert resp.status == 400 and "contains a NUL character" in text, path
+    resp, text = await browser.post("/ui/endpoints/a%00b/revoke")
+    assert resp.status == 400 and "contains a NUL character" in text
+    async with db.read() as s:
+        assert await s.scalar(select(func.count()).select_from(Endpoint)) == 0
