@@ -276,7 +276,9 @@ def valid_number(value: object) -> int | None:
 def valid_host(value: object) -> str | None:
     """A lower-case DNS host name with an optional port (no user info, no path, no IP tricks)."""
     if isinstance(value, str) and _HOST_RE.fullmatch(value):
-        return value
+        _, _, port = value.partition(":")
+        if not port or int(port) <= 65535:
+            return value
     return None
 
 

@@ -1,0 +1,105 @@
+"""The cairn provider's inbound hooks, called directly."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import switchboard_cairn as cairn
+
+from switchboard.provider import Delivery, EchoClues
+
+FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "cairn"
+SECRET = "whsec_cairn_test"
+NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+
+
+def _payload(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def _delivery(payload: dict[str, Any], secret: str = SECRET, at: datetime = NOW, **headers: str) -> Delivery:
+    body = json.dumps(payload).encode()
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return Delivery("cairn", {"X-Cairn-Signature": sig, **headers}, body, at, SECRET)
+
+
+def test_artifact_event_verifies_with_its_event_id_as_key() -> None:
+    payload = _payload("artifact.created")
+    verdict = cairn.verify(_delivery(payload, **{"X-Cairn-Event-Id": payload["event_id"]}))
+    assert verdict.ok and verdict.delivery_key == payload["event_id"] and verdict.event == "artifact.created"
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"),
+    [
+        ("stale", "window"),
+        ("future", "window"),
+        ("no-event-id", "event_id"),
+        ("no-created-at", "created_at"),
+        ("naive-created-at", "created_at"),
+        ("header-mismatch", "X-Cairn-Event-Id"),
+        ("empty-header-id", "X-Cairn-Event-Id"),
+        ("wrong-secret", "mismatch"),
+        ("far-future-year", "window"),
+    ],
+)
+def test_refusals(case: str, detail: str) -> None:
+    payload = _payload("artifact.created")
+    at, secret, headers = NOW, SECRET, {}
+    if case == "stale":
+        at = NOW + timedelta(seconds=301)
+    elif case == "future":
+        at = NOW - timedelta(seconds=301)
+    elif case == "no-event-id":
+        del payload["event_id"]
+    elif case == "no-created-at":
+        del payload["created_at"]
+    elif case == "naive-created-at":
+        payload["created_at"] = "2026-11-30T10:00:00"
+    elif case == "header-mismatch":
+        headers["X-Cairn-Event-Id"] = "evt_other"
+    elif case == "empty-header-id":
+        headers["X-Cairn-Event-Id"] = ""
+    elif case == "wrong-secret":
+        secret = "whsec_other"
+    elif case == "far-future-year":
+        payload["created_at"] = "9999-12-31T23:59:59-23:59"
+    verdict = cairn.verify(_delivery(payload, secret, at, **headers))
+    assert not verdict.ok and verdict.error == "signature_invalid" and detail in verdict.detail
+
+
+def test_address_and_its_strictness() -> None:
+    payload = _payload("comment.created")
+    delivery = _delivery(payload)
+    verdict = cairn.verify(delivery)
+    assert cairn.derive_address(delivery, verdict).as_dict() == {
+        "kind": "cairn_comment",
+        "provider": "cairn",
+        "display": "cairn cairn.example.com artifact art_01jdq8v6k2m3n4p5q6r7s8t9",
+        "instance": "https://cairn.example.com",
+        "artifact_id": "art_01jdq8v6k2m3n4p5q6r7s8t9",
+    }
+    assert cairn.is_echo(delivery, verdict) == EchoClues(object_ids=("cmt_01jdq9c0b1c2d3e4f5g6h7j8",))
+    for field, value in [
+        ("url", "ftp://cairn.example.com/a"),
+        ("url", "https://user@cairn.example.com/a"),
+        ("url", None),
+        ("id", "art/../../admin"),
+        ("id", ""),
+        ("id", 12),
+    ]:
+        broken = _payload("artifact.created")
+        broken["artifact"][field] = value
+        d = _delivery(broken)
+        assert cairn.derive_address(d, cairn.verify(d)) is None, (field, value)
+
+
+def test_ping_is_housekeeping() -> None:
+    verdict = cairn.verify(_delivery(_payload("ping")))
+    assert verdict.ok and verdict.ignore
