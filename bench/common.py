@@ -299,6 +299,32 @@ def github_headers(secret: str, event: str, body: bytes) -> dict[str, str]:
 # A server process (bench/serve.py: the app as `switchboard serve` builds it)
 
 
+@contextlib.asynccontextmanager
+async def mcp_client(base_url: str, token: str, extensions: Sequence[Any] = ()) -> AsyncIterator[Any]:
+    """A live session on ``/mcp`` with the official SDK client: bearer ``sbk_`` token, the
+    stateful handshake and the GET notification stream."""
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=300.0)
+    )
+    async with http:
+        transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
+        async with Client(transport, mode="legacy", extensions=list(extensions), cache=None) as client:
+            yield client
+
+
+async def tool(client: Any, name: str, **arguments: Any) -> dict[str, Any]:
+    """Call an MCP tool; a tool error stops the benchmark with its code and message."""
+    result = await client.call_tool(name, arguments)
+    body = result.structured_content
+    if result.is_error or not isinstance(body, dict):
+        raise RuntimeError(f"{name} failed: {body or result.content}")
+    return body
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -450,6 +476,8 @@ def machine() -> dict[str, Any]:
         "memory_gib": mem_gib,
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
+        # Other work on the machine shows up in every figure: report how busy it was.
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 
