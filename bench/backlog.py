@@ -59,8 +59,10 @@ async def plan_of(db: Database, endpoint_id: str, queue: str) -> str:
         return "; ".join(str(r[0]).strip() for r in rows)
 
 
-async def measure(engine: str, sizes: list[int], claims: int, build_seconds: float, report: Report) -> None:
-    heading(f"claim_next latency vs backlog on {engine}: sizes {sizes}")
+async def measure(
+    engine: str, sizes: list[int], claims: int, build_seconds: float, history: int, report: Report
+) -> None:
+    heading(f"claim_next latency vs backlog on {engine}: sizes {sizes}, {history} done todos before them")
     async with private_database(engine) as bench_db:
         services = make_services(bench_db, new_key())
         db = services.db
@@ -69,6 +71,12 @@ async def measure(engine: str, sizes: list[int], claims: int, build_seconds: flo
             endpoint = tenant.endpoint
             pending = 0
             inserted = 0
+            if history:
+                # Finished todos older than every pending one: a pick that walked the endpoint's
+                # whole history instead of the claimable index would slow down with them.
+                took = await bulk_pending(db, endpoint.id, tenant.queue, history, state="done", age_days=60)
+                inserted = history
+                print(f"  history: {history} done todos in {took:.1f}s")
             for size in sorted(sizes):
                 # Top the pending backlog up to exactly `size`.
                 grow = size - pending
@@ -94,6 +102,7 @@ async def measure(engine: str, sizes: list[int], claims: int, build_seconds: flo
                 report.add(
                     engine=engine,
                     backlog=size,
+                    history=history,
                     build_seconds=round(took, 1),
                     rows_per_second=round(grow / took) if took > 0 else None,
                     **{f"claim_{k}": v for k, v in latencies.summary().items()},
@@ -110,16 +119,17 @@ async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--sizes", type=positive_ints, default=DEFAULT_SIZES)
     p.add_argument("--claims", type=int, default=300, help="timed claim_next calls per size")
+    p.add_argument("--history", type=int, default=0, help="done todos older than the backlog")
     p.add_argument(
         "--build-seconds", type=float, default=300.0, help="stop growing after a slower build step"
     )
     args = p.parse_args()
-    if args.claims < 1 or args.build_seconds <= 0:
-        p.error("--claims and --build-seconds must be positive")
+    if args.claims < 1 or args.build_seconds <= 0 or args.history < 0:
+        p.error("--claims and --build-seconds must be positive, --history not negative")
     print(machine())
     report = Report("claim_backlog", args.json_path)
     for engine in engines_of(args.db):
-        await measure(engine, args.sizes, args.claims, args.build_seconds, report)
+        await measure(engine, args.sizes, args.claims, args.build_seconds, args.history, report)
 
 
 if __name__ == "__main__":
