@@ -11,7 +11,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -69,20 +69,19 @@ class Agent:
     client: Client
     listener: ChannelListener
     endpoint: Endpoint
-    calls: list[str] = field(default_factory=list)
 
-    async def call(self, name: str, **arguments: Any) -> types.CallToolResult:
-        return await self.client.call_tool(name, arguments)
+    async def call(self, tool: str, /, **arguments: Any) -> types.CallToolResult:
+        return await self.client.call_tool(tool, arguments)
 
-    async def ok(self, name: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.call(name, **arguments)
-        assert not result.is_error, f"{name} failed: {result.content}"
+    async def ok(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(tool, **arguments)
+        assert not result.is_error, f"{tool} failed: {result.content}"
         assert isinstance(result.structured_content, dict)
         return result.structured_content
 
-    async def error(self, name: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.call(name, **arguments)
-        assert result.is_error, f"{name} unexpectedly succeeded: {result.structured_content}"
+    async def error(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(tool, **arguments)
+        assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
         body = result.structured_content
         assert isinstance(body, dict) and set(body) >= {"error", "message"}
         text = result.content[0]
