@@ -29,7 +29,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -611,6 +611,20 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
             query = query.where(Endpoint.slug == endpoint_slug)
         if queue:
             query = query.where(Todo.queue == queue)
+        before = request.query.get("before", "")
+        if before:
+            # Keyset paging: strictly older than a todo the viewer can see (so the cursor leaks nothing).
+            cursor = (
+                await s.execute(
+                    select(Todo.created_at, Todo.id)
+                    .join(Endpoint, Endpoint.id == Todo.endpoint_id)
+                    .where(Todo.id == before, viewer.sees())
+                )
+            ).first()
+            if cursor is None:
+                error, status = "That page of the board no longer exists; showing the newest todos.", 400
+            else:
+                query = query.where(tuple_(Todo.created_at, Todo.id) < tuple_(cursor[0], cursor[1]))
         rows = (await s.execute(query)).all()
         summaries = await replies_summary(s, [t.id for t, _ in rows])
 
@@ -662,11 +676,17 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
             )
             for todo, endpoint in rows
         )
+        more = EMPTY
+        if len(rows) == limit:
+            params = {k: v for k, v in (("state", state), ("endpoint", endpoint_slug), ("queue", queue)) if v}
+            params.update(limit=str(limit), before=rows[-1][0].id)
+            more = h('<p><a href="/ui?{q}">Older todos →</a></p>', q=urlencode(params))
         table = h(
             "<table><thead><tr><th>Todo</th><th>Endpoint / queue</th><th>Source</th><th>State</th>"
             "<th>Attempts</th><th>Reply to</th><th>Replies</th><th>Created</th></tr></thead>"
-            "<tbody>{rows}</tbody></table>",
+            "<tbody>{rows}</tbody></table>{more}",
             rows=body_rows,
+            more=more,
         )
     else:
         table = Safe(

@@ -6,6 +6,7 @@ just the one we happen to look at.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -143,8 +144,9 @@ def assert_ui_headers(resp: aiohttp.ClientResponse) -> None:
 
 
 async def test_login_sets_a_hashed_httponly_strict_session_and_logout_ends_it(
-    browser: Browser, db: Any
+    browser: Browser, db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     token = await human(db, "ada")
 
     resp, _ = await browser.get("/ui")
@@ -166,7 +168,8 @@ async def test_login_sets_a_hashed_httponly_strict_session_and_logout_ends_it(
 
     resp, text = await browser.get("/ui")
     assert resp.status == 200 and "ada" in text and "Board" in text
-    assert token not in browser.everything() and value not in browser.everything()
+    seen = browser.everything() + caplog.text
+    assert token not in seen and value not in seen
 
     resp, _ = await browser.post("/ui/logout")
     assert resp.status == 303 and resp.headers["Location"].startswith("/ui/login")
@@ -364,7 +367,10 @@ async def test_vend_form_leaves_reply_and_connection_verbs_unchecked_and_flags_t
     assert "hands the agent the owner's outbound credentials" in flagged
 
 
-async def test_endpoint_token_is_revealed_once_and_never_again(browser: Browser, db: Any) -> None:
+async def test_endpoint_token_is_revealed_once_and_never_again(
+    browser: Browser, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     await browser.login(await human(db, "ada"))
     resp, text = await browser.post(
         "/ui/endpoints", {"name": "Triage bot", "owner": "me", "queues": "triage, ops", "reply": "on"}
@@ -385,7 +391,7 @@ async def test_endpoint_token_is_revealed_once_and_never_again(browser: Browser,
         assert resp.status == 200
     resp, text = await browser.get("/ui/endpoints")
     assert endpoint.token_display in text  # the display prefix is fine
-    later = "\n".join(browser.pages[reveal_count:])
+    later = "\n".join(browser.pages[reveal_count:]) + caplog.text
     assert token not in later and token[:20] not in later
 
 
@@ -428,7 +434,10 @@ async def test_revoke_from_the_endpoints_page(browser: Browser, db: Any) -> None
 # Webhooks
 
 
-async def test_webhook_secret_and_ingest_url_are_shown_once(browser: Browser, db: Any, services: Any) -> None:
+async def test_webhook_secret_and_ingest_url_are_shown_once(
+    browser: Browser, db: Any, services: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     await browser.login(await human(db, "ada"))
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
     await browser.post("/ui/endpoints", {"name": "helper", "owner": "me"})
@@ -476,6 +485,8 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(browser: Browser, db
     reveals = [p for p in browser.pages if secret in p or rotated in p or ingest in p]
     assert len(reveals) == 2  # the create page and the rotate page, nothing else
     assert provider_secret not in browser.everything()
+    for value in (secret, rotated, ingest, provider_secret):
+        assert value not in caplog.text
 
     resp, _ = await browser.post(f"/ui/webhooks/{webhook.id}/delete")
     assert resp.status == 303
@@ -488,8 +499,9 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(browser: Browser, db
 
 
 async def test_connection_pages_show_the_fingerprint_never_the_secret(
-    browser: Browser, db: Any, services: Any, github_stub: dict[str, Any]
+    browser: Browser, db: Any, services: Any, github_stub: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     await browser.login(await human(db, "ada"))
     secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2
     github_stub["token"] = secret
@@ -538,7 +550,7 @@ async def test_connection_pages_show_the_fingerprint_never_the_secret(
     resp, text = await browser.get("/ui/connections")
     assert "auth" in text  # the stub refuses the rotated secret: shown as an auth failure
 
-    everything = browser.everything()
+    everything = browser.everything() + caplog.text
     assert secret not in everything and new_secret not in everything
     assert secret[4:24] not in everything
 
@@ -705,3 +717,22 @@ async def test_malformed_requests_get_a_clear_4xx_page_and_change_nothing(browse
     assert resp.status == 400 and "contains a NUL character" in text
     async with db.read() as s:
         assert await s.scalar(select(func.count()).select_from(Endpoint)) == 0
+
+
+async def test_board_pages_through_older_todos(browser: Browser, db: Any) -> None:
+    await browser.login(await human(db, "ada"))
+    owner = await tenancy.resolve_owner(db, human="ada")
+    endpoint, _ = await tenancy.vend_endpoint(db, name="bot", owner=owner)
+    for n in range(5):
+        await todos.push(db, endpoint_slug=endpoint.slug, title=f"item number {n}")
+    seen: list[str] = []
+    path: str | None = "/ui?limit=2"
+    while path is not None:
+        resp, text = await browser.get(path)
+        assert resp.status == 200
+        seen += re.findall(r"item number \d", text)
+        older = re.search(r'<a href="(/ui\?[^"]+)">Older todos', text)
+        path = older.group(1).replace("&amp;", "&") if older else None
+    assert seen == [f"item number {n}" for n in (4, 3, 2, 1, 0)]
+    resp, text = await browser.get("/ui?before=td_00000000000000000000000000")
+    assert resp.status == 400 and "no longer exists" in text
