@@ -99,7 +99,7 @@ def verify(delivery: Delivery) -> Verdict | None:
         return Verdict(ok=True, detail="url_verification", event=kind, respond={"challenge": challenge})
     event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
     event_type = event.get("type") if isinstance(event.get("type"), str) else ""
-    subtype = event.get("subtype") if isinstance(event.get("subtype"), str) else None
+    subtype = _subtype(event)
     name = ".".join(p for p in (kind, event_type, subtype) if p)
     event_id = payload.get("event_id")
     return Verdict(
@@ -127,9 +127,15 @@ def _message(payload: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if event.get("type") not in ("message", "app_mention"):
         return None
-    if event.get("type") == "message" and event.get("subtype") not in WORK_SUBTYPES:
+    if event.get("type") == "message" and _subtype(event) not in WORK_SUBTYPES:
         return None
     return event
+
+
+def _subtype(event: dict[str, Any]) -> str | None:
+    subtype = event.get("subtype")
+    # Anything but a string is not a subtype Slack sends; housekeeping unless it is absent.
+    return subtype if isinstance(subtype, str) or subtype is None else "invalid"
 
 
 def _message_key(payload: dict[str, Any]) -> str | None:
