@@ -29,7 +29,7 @@ from switchboard import tenancy, todos
 from switchboard.app import Services, services_of
 from switchboard.db import Database, DatabaseUnavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
-from switchboard.models import Attempt, Connection, Endpoint, Human, Membership, Reply, Team, Todo, Webhook
+from switchboard.models import Connection, Endpoint, Human, Membership, Team, Todo, Webhook
 from switchboard.tenancy import Owner
 from switchboard.vault import EncryptionRequired, VaultError
 
@@ -95,26 +95,11 @@ async def operator_todos(
     return [{**todos.todo_row(t, summaries.get(t.id)), "endpoint": slug} for t, slug in rows]
 
 
-def _reply_view(reply: Reply) -> dict[str, Any]:
-    return {
-        "id": reply.id,
-        "state": reply.state,
-        "address_kind": reply.address_kind,
-        "display": reply.display,
-        "connection": {
-            "id": reply.connection_id,
-            "name": reply.connection_name,
-            "fingerprint": reply.connection_fingerprint,
-        },
-        "permalink": reply.permalink,
-        "error_class": reply.error_class,
-        "created_at": todos.rfc3339(reply.created_at),
-        "updated_at": todos.rfc3339(reply.updated_at),
-    }
-
-
 async def operator_todo(services: Services, todo_id: str, *, scopes: list[Owner] | None) -> dict[str, Any]:
-    """One todo with its payload, result, attempts and replies; ``not_found`` outside ``scopes``."""
+    """One todo as MCP ``get_todo`` shows it (payload, result, attempts, replies) plus its endpoint's
+    slug and each attempt's endpoint slug; ``not_found`` outside ``scopes``."""
+    from switchboard.reply import replies_of
+
     async with services.db.read() as s:
         query = select(Todo, Endpoint.slug).join(Endpoint, Todo.endpoint_id == Endpoint.id)
         query = query.where(Todo.id == todo_id)
@@ -124,43 +109,22 @@ async def operator_todo(services: Services, todo_id: str, *, scopes: list[Owner]
         if found is None:
             raise not_found(f"todo {todo_id!r}")
         todo, slug = found
-        attempts = (
-            await s.execute(
-                select(Attempt, Endpoint.slug)
-                .outerjoin(Endpoint, Attempt.endpoint_id == Endpoint.id)
-                .where(Attempt.todo_id == todo.id)
-                .order_by(Attempt.number)
+        detail = await todos.todo_detail(s, todo)
+        attempt_endpoints = {a["endpoint_id"] for a in detail["attempts"]}
+        slugs = (
+            dict(
+                (
+                    await s.execute(
+                        select(Endpoint.id, Endpoint.slug).where(Endpoint.id.in_(attempt_endpoints))
+                    )
+                ).all()
             )
-        ).all()
-        replies = (
-            await s.scalars(
-                select(Reply).where(Reply.todo_id == todo.id).order_by(Reply.created_at, Reply.id)
-            )
-        ).all()
-        summary = await todos.replies_summary(s, [todo.id])
-    return {
-        **todos.todo_row(todo, summary.get(todo.id)),
-        "endpoint": slug,
-        "payload": todos.payload_of(todo),
-        "result": todo.result,
-        "finished_at": todos.rfc3339(todo.finished_at),
-        "attempts": [
-            {
-                "number": a.number,
-                "endpoint": endpoint_slug or a.endpoint_id,
-                "claimed_at": todos.rfc3339(a.claimed_at),
-                "lease_expires_at": todos.rfc3339(a.lease_expires_at),
-                "heartbeats": a.heartbeats,
-                "last_heartbeat_at": todos.rfc3339(a.last_heartbeat_at),
-                "outcome": a.outcome,
-                "summary": a.summary,
-                "error": a.error,
-                "ended_at": todos.rfc3339(a.ended_at),
-            }
-            for a, endpoint_slug in attempts
-        ],
-        "replies": [_reply_view(r) for r in replies],
-    }
+            if attempt_endpoints
+            else {}
+        )
+    for attempt in detail["attempts"]:
+        attempt["endpoint"] = slugs.get(attempt["endpoint_id"], attempt["endpoint_id"])
+    return {**detail, "endpoint": slug, "replies": await replies_of(services, todo.id)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,6 +618,11 @@ async def revoke(req: Request) -> tuple[int, dict[str, Any]]:
     endpoint = await _endpoint(req, req.path["slug"])
     req.caller.require_manage(Owner.of(endpoint), f"endpoint {endpoint.slug!r}")
     endpoint = await tenancy.revoke_endpoint(req.services.db, endpoint.slug)
+    # Close its live MCP sessions now rather than at the next revocation sweep (the MCP service
+    # registers itself in extras; every MCP request re-checks the token in any case).
+    sweep = getattr(req.services.extras.get("mcp"), "sweep_revoked", None)
+    if sweep is not None:
+        await sweep()
     return 200, {"endpoint": tenancy.endpoint_view(endpoint, req.caller.label(Owner.of(endpoint)))}
 
 

@@ -591,3 +591,101 @@ async def test_openapi_document_lists_every_route(
     vend = doc["paths"][f"{PREFIX}/endpoints"]["post"]
     assert vend["requestBody"]["content"]["application/json"]["schema"]["additionalProperties"] is False
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+async def test_responses_match_the_documented_schemas(
+    alice: Api, http: aiohttp.ClientSession, base_url: str
+) -> None:
+    """The document is not decoration: real responses validate against the schemas it promises."""
+    from jsonschema import Draft202012Validator
+
+    async with http.get(f"{base_url}{PREFIX}/openapi.json") as r:
+        doc = await r.json()
+    for schema in doc["components"]["schemas"].values():
+        Draft202012Validator.check_schema(schema)
+
+    def check(template: str, method: str, status: int, payload: Any) -> None:
+        response = doc["paths"][PREFIX + template][method.lower()]["responses"][str(status)]
+        schema = response["content"]["application/json"]["schema"]
+        Draft202012Validator({**schema, "components": doc["components"]}).validate(payload)
+
+    calls: list[tuple[str, str, str, Any, int]] = [
+        ("POST", "/teams", "/teams", {"slug": "ops"}, 201),
+        ("GET", "/teams", "/teams", None, 200),
+        ("PUT", "/teams/ops/members/alice", "/teams/{slug}/members/{handle}", {"role": "owner"}, 200),
+        ("GET", "/humans/me", "/humans/me", None, 200),
+        ("POST", "/endpoints", "/endpoints", {"name": "Doc Bot", "families": ["connections"]}, 201),
+        ("GET", "/endpoints", "/endpoints", None, 200),
+        ("POST", "/webhooks", "/webhooks", {"endpoint": "doc-bot", "source": "github"}, 201),
+        ("GET", "/webhooks", "/webhooks", None, 200),
+        (
+            "POST",
+            "/connections",
+            "/connections",
+            {"kind": "github", "name": "gh", "account_key": "github.com", "secret": "ghp_doc"},
+            201,
+        ),
+        ("GET", "/connections", "/connections", None, 200),
+        ("POST", "/todos", "/todos", {"endpoint": "doc-bot", "title": "t", "payload": [1, "two"]}, 201),
+        ("GET", "/todos", "/todos", None, 200),
+    ]
+    for method, path, template, body, status in calls:
+        check(template, method, status, await alice.ok(method, path, body, status))
+    webhook_id = (await alice.ok("GET", "/webhooks"))["webhooks"][0]["id"]
+    check("/webhooks/{id}/rotate", "POST", 200, await alice.ok("POST", f"/webhooks/{webhook_id}/rotate"))
+    todo_id = (await alice.ok("GET", "/todos"))["todos"][0]["id"]
+    check("/todos/{id}", "GET", 200, await alice.ok("GET", f"/todos/{todo_id}"))
+    check("/endpoints/{slug}/revoke", "POST", 200, await alice.ok("POST", "/endpoints/doc-bot/revoke"))
+    _, error = await alice.call("GET", "/todos/td_nope", expect=404)
+    check("/todos/{id}", "GET", 404, error)
+
+
+async def test_todo_show_lists_attempts_and_replies_never_the_text(alice: Api, services: Services) -> None:
+    from switchboard import todos
+    from switchboard.db import utcnow
+    from switchboard.ids import new_id
+    from switchboard.models import Reply
+
+    await alice.ok("POST", "/endpoints", {"name": "Alice Bot", "families": ["reply"]}, 201)
+    todo = (await alice.ok("POST", "/todos", {"endpoint": "alice-bot", "title": "Fix it"}, 201))["todo"]
+    endpoint = await tenancy.get_endpoint(services.db, "alice-bot")
+    await todos.claim(services.db, endpoint, todo["id"])
+    await todos.complete(services.db, endpoint, todo["id"], result={"ok": True}, summary="fixed")
+    now = utcnow()
+    async with services.db.write() as s:
+        s.add(
+            Reply(
+                id=new_id("rp"),
+                todo_id=todo["id"],
+                endpoint_id=endpoint.id,
+                idempotency_key="k1",
+                state="sent",
+                connection_id="cn_x",
+                connection_name="gh",
+                connection_fingerprint="fp_1",
+                owner_scope=endpoint.owner_human_id or "",
+                address_kind="forge_comment",
+                display="github github.com/acme/api#7",
+                thread_key="github.com/acme/api#7",
+                text_hash="0" * 64,
+                provider_object_id="123",
+                permalink="https://github.com/acme/api/issues/7#issuecomment-123",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    shown = (await alice.ok("GET", f"/todos/{todo['id']}"))["todo"]
+    assert shown["state"] == "done" and shown["result"] == {"ok": True}
+    (attempt,) = shown["attempts"]
+    assert attempt["endpoint"] == "alice-bot" and attempt["outcome"] == "completed"
+    assert attempt["summary"] == "fixed"
+    (reply,) = shown["replies"]
+    assert reply["state"] == "sent" and reply["permalink"].endswith("issuecomment-123")
+    assert reply["display"] == "github github.com/acme/api#7" and "text" not in reply
+    listed = (await alice.ok("GET", "/todos"))["todos"][0]
+    assert listed["replies"] == {
+        "count": 1,
+        "last_state": "sent",
+        "last_permalink": "https://github.com/acme/api/issues/7#issuecomment-123",
+    }
