@@ -304,6 +304,17 @@ def error_page(viewer: Viewer | None, status: int, message: str, title: str = "E
     return page(title, body, viewer, status=status)
 
 
+def collapsible(summary: str, content: Safe, open_: bool) -> Safe:
+    """A create form folded away under the page's lists (no script: <details> does it); open when
+    it comes back with an error so the message and the kept values are in view."""
+    return h(
+        '<details class="create"{open}><summary>{summary}</summary>{content}</details>',
+        open=Safe(" open") if open_ else EMPTY,
+        summary=summary,
+        content=content,
+    )
+
+
 def csrf_field(viewer: Viewer) -> Safe:
     return h('<input type="hidden" name="csrf" value="{t}">', t=viewer.csrf)
 
@@ -860,7 +871,7 @@ def _managed_scope(viewer: Viewer, key: str) -> Scope:
 def vend_form(viewer: Viewer, form: Mapping[str, str]) -> Safe:
     managed = viewer.managed
     return h(
-        '<form method="post" action="/ui/endpoints" class="card"><h2>Vend an endpoint</h2>{csrf}'
+        '<form method="post" action="/ui/endpoints" class="card">{csrf}'
         '<label for="name">Name</label><input type="text" id="name" name="name" required maxlength="200" '
         'value="{name}" placeholder="e.g. triage-bot">'
         '<label for="owner">Owner</label>{owner}'
@@ -958,7 +969,7 @@ async def endpoints_page(
         "<h1>Endpoints</h1>"
         '<p class="hint">An endpoint is an agent\'s identity and grant. Revoking kills its token at once and '
         "dead-letters its open todos.</p>{form}{sections}",
-        form=vend_form(viewer, form or {}),
+        form=collapsible("Vend an endpoint", vend_form(viewer, form or {}), bool(form)),
         sections=join(sections),
     )
     return page(
@@ -1193,7 +1204,7 @@ async def webhooks_page(
         )
     if live_managed:
         create = h(
-            '<form method="post" action="/ui/webhooks" class="card"><h2>Create a webhook</h2>{csrf}'
+            '<form method="post" action="/ui/webhooks" class="card">{csrf}'
             '<label for="endpoint">Endpoint</label><select id="endpoint" name="endpoint">{endpoints}</select>'
             '<label for="source">Source kind</label><select id="source" name="source">{sources}</select>'
             '<label for="queue">Queue (optional)</label>'
@@ -1236,7 +1247,7 @@ async def webhooks_page(
         "routes fan its "
         "deliveries out to more endpoints. Secrets and ingest URLs are never shown again after creation.</p>"
         "{create}{sections}",
-        create=create,
+        create=collapsible("Create a webhook", create, bool(form)) if live_managed else create,
         sections=join(sections),
     )
     return page(
@@ -1664,7 +1675,7 @@ def connection_form(services: Services, viewer: Viewer, form: Mapping[str, str])
         )
     )
     return h(
-        '<form method="post" action="/ui/connections" class="card"><h2>Add a connection</h2>{warning}{csrf}'
+        '<form method="post" action="/ui/connections" class="card">{warning}{csrf}'
         '<label for="owner">Owner</label>{owner}'
         '<label for="kind">Kind</label><select id="kind" name="kind">{kinds}</select>'
         '<label for="name">Name</label><input type="text" id="name" name="name" maxlength="100" required '
@@ -1731,11 +1742,12 @@ async def connections_page(
                     kind=c.get("kind", ""),
                     account=c.get("account_key", ""),
                     fp=c.get("fingerprint", ""),
-                    limits=kv(
-                        [
-                            ("targets", ", ".join(c.get("targets") or []) or "any"),
-                            ("endpoints", ", ".join(c.get("endpoints") or []) or "any"),
-                        ]
+                    limits=h(
+                        '<div class="nowrap"><span class="muted">targets</span> '
+                        '<span class="mono">{t}</span></div><div class="nowrap">'
+                        '<span class="muted">endpoints</span> <span class="mono">{e}</span></div>',
+                        t=", ".join(c.get("targets") or []) or "any",
+                        e=", ".join(c.get("endpoints") or []) or "any",
                     )
                     if c.get("can_manage")
                     else Safe('<span class="muted">—</span>'),
@@ -1760,11 +1772,12 @@ async def connections_page(
                 rows=body_rows,
             )
         )
+    add = connection_form(services, viewer, form or {})
     body = h(
         '<h1>Connections</h1><p class="hint">A connection is the credential replies are posted with: '
         "always the todo owner's, matched by the reply address's provider and account. Agents never "
         "see it.</p>{form}{sections}",
-        form=connection_form(services, viewer, form or {}),
+        form=collapsible("Add a connection", add, bool(form)) if add else EMPTY,
         sections=join(sections),
     )
     return page(
