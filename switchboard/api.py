@@ -762,8 +762,6 @@ async def patch_connection(req: Request) -> tuple[int, dict[str, Any]]:
     for key in ("name", "targets", "endpoints", "config"):
         if key in req.body:
             changes[key] = req.body[key]
-    if "name" in changes and changes["name"] is None:
-        raise invalid("field 'name' must be a string")
     row = await _connections().update_connection(req.services, owner, req.path["id"], **changes)
     return 200, {"connection": _connection_for(req.caller, owner, row)}
 

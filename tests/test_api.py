@@ -4,6 +4,7 @@ bad input of every kind, and the OpenAPI document."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -228,7 +229,10 @@ async def test_team_endpoints_members_read_admins_manage(alice: Api, bob: Api) -
 # Webhooks
 
 
-async def test_webhooks_secrets_once_and_scope_isolation(alice: Api, bob: Api, seen: list[str]) -> None:
+async def test_webhooks_secrets_once_and_scope_isolation(
+    alice: Api, bob: Api, seen: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     await alice.ok("POST", "/endpoints", {"name": "Alice Bot", "queues": ["triage"]}, 201)
     await bob.ok("POST", "/endpoints", {"name": "Bob Bot", "queues": ["triage"]}, 201)
 
@@ -289,6 +293,8 @@ async def test_webhooks_secrets_once_and_scope_isolation(alice: Api, bob: Api, s
     )
     await alice.ok("DELETE", f"/webhooks/{webhook_id}")
     await alice.error("GET", f"/webhooks/{webhook_id}", status=404, code="not_found")
+    for secret in (first, rotated["secret"], slack_secret, ingest_token):
+        assert secret not in caplog.text
 
 
 async def test_routes_across_scopes_need_both_administered(alice: Api, bob: Api) -> None:
@@ -351,8 +357,14 @@ GOOD_TOKEN = "ghp_goodtoken0000000000000000000000000000"
 
 
 async def test_connections_write_only_and_scoped(
-    alice: Api, bob: Api, seen: list[str], fake_github: str, services: Services
+    alice: Api,
+    bob: Api,
+    seen: list[str],
+    fake_github: str,
+    services: Services,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     # The operator-level override points the GitHub kind at the stand-in (read at dial time).
     services.settings = services.settings.model_copy(update={"github_api_url": fake_github})
     await alice.ok("POST", "/teams", {"slug": "ops"}, 201)
@@ -455,7 +467,7 @@ async def test_connections_write_only_and_scoped(
     await alice.ok("DELETE", f"/connections/{conn_id}")
     await alice.error("GET", f"/connections/{conn_id}", status=404, code="not_found")
 
-    everything = "\n".join(seen)
+    everything = "\n".join(seen) + caplog.text
     for secret in (bad, GOOD_TOKEN, "ghp_teamsecret22222222222222222222222222"):
         assert secret not in everything
 
