@@ -368,15 +368,16 @@ async def test_connection(services: Any, owner: Owner | None, connection_id: str
         row = await _row(s, owner, connection_id)
     ck = _kind(services, row.kind)
     secret = open_secret(services, row)
-    check = ConnectionCheck(
-        http=outbound.client_of(services),
-        kind=row.kind,
-        account_key=row.account_key,
-        secret=secret,
-        api_overrides=api_overrides(services.settings),
-    )
     try:
-        result = await ck.test(check)
+        async with outbound.borrowed(services) as http:
+            check = ConnectionCheck(
+                http=http,
+                kind=row.kind,
+                account_key=row.account_key,
+                secret=secret,
+                api_overrides=api_overrides(services.settings),
+            )
+            result = await ck.test(check)
     except outbound.OutboundRefused as exc:
         result = CheckResult(ok=False, error_class="network", detail=str(exc))
     except outbound.OutboundError:

@@ -21,7 +21,8 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -234,6 +235,21 @@ def client_of(services: Any) -> Outbound:
     if client is None:
         client = services.extras[EXTRAS_KEY] = from_settings(services.settings)
     return client
+
+
+@asynccontextmanager
+async def borrowed(services: Any) -> AsyncIterator[Outbound]:
+    """The process's client when the server made one; otherwise (a CLI command) a client for this
+    call only, closed after it, so no session is left open at exit."""
+    client = services.extras.get(EXTRAS_KEY)
+    if client is not None:
+        yield client
+        return
+    temporary = from_settings(services.settings)
+    try:
+        yield temporary
+    finally:
+        await temporary.close()
 
 
 async def close_client(services: Any) -> None:

@@ -328,11 +328,16 @@ async def _block(services: Any, connection_id: str, seconds: float | None) -> No
 
 
 async def _dial(services: Any, ready: _Ready) -> PostResult:
+    async with outbound.borrowed(services) as http:
+        return await _dial_with(services, ready, http)
+
+
+async def _dial_with(services: Any, ready: _Ready, http: outbound.Outbound) -> PostResult:
     """Post once; retry only what is safe to retry (nothing sent, or a 429), within the deadline."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DIAL_DEADLINE
     post = ReplyPost(
-        http=outbound.client_of(services),
+        http=http,
         kind=ready.kind,
         account_key=ready.account_key,
         secret=ready.secret,
@@ -423,6 +428,20 @@ async def send_reply(
     if isinstance(prepared, str):
         return _outcome(await _await_outcome(services, prepared), duplicate=True)
 
+    # The dial and its record run to the end even if the caller goes away (an MCP client that
+    # disconnects): the provider may already hold the post, so the row must say what happened.
+    task = asyncio.create_task(_dial_and_record(services, prepared))
+    _IN_FLIGHT.add(task)
+    task.add_done_callback(_IN_FLIGHT.discard)
+    row = await asyncio.shield(task)
+    return _outcome(row, duplicate=False)
+
+
+# Strong references to dials in flight (a shielded task must not be garbage-collected).
+_IN_FLIGHT: set[asyncio.Task[Reply]] = set()
+
+
+async def _dial_and_record(services: Any, prepared: _Ready) -> Reply:
     started = time.monotonic()
     result = await _dial(services, prepared)
     services.metrics.observe("switchboard_reply_seconds", time.monotonic() - started)
@@ -431,12 +450,12 @@ async def send_reply(
     log.info(
         "reply %s on todo %s to %s: %s%s",
         row.id,
-        todo_id,
+        row.todo_id,
         row.display,
         row.state,
         f" ({row.error_class}/{row.error_code})" if row.error_class else "",
     )
-    return _outcome(row, duplicate=False)
+    return row
 
 
 async def sweep_pending(services: Any) -> int:

@@ -649,3 +649,25 @@ async def test_no_connection_secret_anywhere(
                     assert secret.encode() not in repr(tuple(row)).encode(), table.name
     async with db.read() as s:
         assert await s.scalar(select(func.count()).select_from(Reply)) == 2
+
+
+async def test_a_caller_that_goes_away_mid_dial_still_gets_its_reply_recorded(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    _, endpoint, _ = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    fake_slack.delay = 0.5
+    call = asyncio.create_task(reply.send_reply(services, endpoint, todo.id, "posting", idempotency_key="k"))
+    await asyncio.sleep(0.2)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(50):
+        [row] = await rows_of(db)
+        if row.state != "pending":
+            break
+        await asyncio.sleep(0.05)
+    assert row.state == "sent" and row.provider_object_id
+    again = await reply.send_reply(services, endpoint, todo.id, "posting", idempotency_key="k")
+    assert (again["state"], again["duplicate"]) == ("sent", True)
+    assert len(fake_slack.posts()) == 1
