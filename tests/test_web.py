@@ -736,3 +736,33 @@ async def test_board_pages_through_older_todos(browser: Browser, db: Any) -> Non
     assert seen == [f"item number {n}" for n in (4, 3, 2, 1, 0)]
     resp, text = await browser.get("/ui?before=td_00000000000000000000000000")
     assert resp.status == 400 and "no longer exists" in text
+
+
+async def test_an_expired_session_is_logged_out(browser: Browser, db: Any) -> None:
+    await browser.login(await human(db, "ada"))
+    async with db.write() as s:
+        for session in (await s.scalars(select(WebSession))).all():
+            session.expires_at = session.created_at
+    resp, _ = await browser.get("/ui/endpoints")
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    resp, text = await browser.post("/ui/teams", {"slug": "late"})
+    assert resp.status == 401 and "Log in again" in text
+    async with db.read() as s:
+        assert await s.scalar(select(func.count()).select_from(Team)) == 0
+
+
+@pytest.mark.parametrize("settings_overrides", [{"secret_encryption_key": None}])
+async def test_without_an_encryption_key_connections_are_refused_with_a_clear_page(
+    browser: Browser, db: Any
+) -> None:
+    await browser.login(await human(db, "ada"))
+    resp, text = await browser.get("/ui/connections")
+    assert "SWITCHBOARD_SECRET_ENCRYPTION_KEY" in text
+    secret = "ghp_no_key_configured_123456"
+    resp, text = await browser.post(
+        "/ui/connections",
+        {"owner": "me", "kind": "github", "name": "gh", "account_key": "", "secret": secret},
+    )
+    assert resp.status == 409 and "switchboard keygen" in text and secret not in text
+    async with db.read() as s:
+        assert await s.scalar(select(func.count()).select_from(Connection)) == 0
