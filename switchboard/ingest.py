@@ -41,6 +41,8 @@ KEY_LIMIT = 200
 # Header names whose values are credentials or signatures: kept on the event as "[redacted]".
 _SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
 _PRINTABLE_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+# Lone surrogates (from JSON "\ud800" escapes or undecodable header bytes) cannot be encoded as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RateLimiter:
@@ -121,8 +123,8 @@ class Outcome:
 
 def clean_line(text: object, limit: int) -> str:
     """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
-    value = str(text).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    value = "".join(" " if unicodedata.category(c) in ("Cc", "Cs") else c for c in value)
+    value = _SURROGATE.sub("\ufffd", str(text))
+    value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
     value = " ".join(value.split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
@@ -130,11 +132,9 @@ def clean_line(text: object, limit: int) -> str:
 def storable(payload: Any) -> Any:
     """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
     text = json.dumps(payload, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
+    if _SURROGATE.search(text) is None:
         return payload
-    except UnicodeEncodeError:
-        return json.loads(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+    return json.loads(_SURROGATE.sub("\ufffd", text))
 
 
 def delivery_key(key: str | None, body: bytes) -> str:

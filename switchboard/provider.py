@@ -223,7 +223,8 @@ def json_object(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object, or None if it is not one."""
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a hostile body of deeply nested brackets is simply not a usable object.
         return None
     return value if isinstance(value, dict) else None
 

@@ -950,3 +950,21 @@ async def test_every_event_row_records_its_delivery(services: Services, base_url
         event = await s.scalar(select(Event))
         row = await s.get(Todo, answer["todos"][0]["id"])
     assert row.event_id == event.id and event.event_type == "issues.opened"
+
+
+async def test_hostile_bodies_get_a_clear_answer_never_a_500(services: Services, base_url: str) -> None:
+    nested = b"[" * 200_000 + b"]" * 200_000
+    token, secret, _ = await make_webhook(services, "github")
+    status, answer, _ = await post(base_url, token, nested, github_headers(secret, nested, "issues"))
+    assert status == 400 and answer["error"] == "invalid_body"
+    await _nothing_stored(services)
+
+    token, _, _ = await make_webhook(services, "generic", endpoint="ada-generic")
+    status, answer, _ = await post(base_url, token, nested, {})
+    assert status == 202 and answer["created"] == 1
+    # Lone surrogates and NULs in a JSON body are stored (as replacement characters), not a crash.
+    weird = b'{"title": "bad \\ud800 title \\u0000 here", "x": "\\udfff"}'
+    status, answer, _ = await post(base_url, token, weird, {})
+    assert status == 202
+    row = await todo(services, answer["todos"][0]["id"])
+    assert row.title == "bad \ufffd title here"
