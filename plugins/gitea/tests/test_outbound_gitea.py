@@ -1,0 +1,68 @@
+"""The gitea provider's outbound half, called directly against a stand-in Gitea over real TLS."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import switchboard_gitea as gitea
+
+from switchboard.outbound import Outbound
+from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
+from tests.fakes import FakeProvider, Scripted, forge_address, guarded_client
+
+REPLY_ID = "rp_01jdbbbbbbbbbbbbbbbbbbbbbb"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("gitea").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Outbound]:
+    client = guarded_client(allow_http=False)
+    yield client
+    await client.close()
+
+
+def test_connection_kind_rules() -> None:
+    kind = gitea.CONNECTION
+    assert kind.normalize_account_key("https://Git.Example.com/forge/") == "https://git.example.com/forge"
+    with pytest.raises(ValueError):
+        kind.normalize_account_key("http://git.example.com")
+    assert kind.account_matches("https://git.example.com/forge", forge_address("gitea", "git.example.com"))
+    assert not kind.account_matches("https://git.example.com", forge_address("gitea", "git.example.com:8443"))
+    assert not kind.account_matches("https://git.example.com", forge_address("github", "git.example.com"))
+
+
+async def test_comment_with_the_token_scheme(http: Outbound, fake: FakeProvider) -> None:
+    post = ReplyPost(
+        http, "gitea", fake.base_url, "tok-2", forge_address("gitea", fake.host), "Merged.", REPLY_ID
+    )
+    assert gitea.post_reply(post=ReplyPost(http, "github", "", "", post.address, "", REPLY_ID)) is None
+    result = await gitea.post_reply(post=post)
+    assert (result.state, result.object_id) == ("sent", "1001")
+    [req] = fake.requests
+    assert (req.path, req.auth) == ("/api/v1/repos/acme/api/issues/7/comments", "token tok-2")
+    assert find_marker(req.json["body"]) == REPLY_ID
+
+
+async def test_errors_are_classes(http: Outbound, fake: FakeProvider) -> None:
+    post = ReplyPost(http, "gitea", fake.base_url, "tok", forge_address("gitea", fake.host), "x", REPLY_ID)
+    path = "/api/v1/repos/acme/api/issues/7/comments"
+    for status, expected in (
+        (404, ("failed", "not_found")),
+        (429, ("failed", "rate_limited")),
+        (504, ("unknown", "server")),
+    ):
+        fake.script("POST", path, Scripted(status, {"message": "detail from the server"}))
+        result = await gitea.post_reply(post=post)
+        assert (result.state, result.error_class) == expected
+
+
+async def test_the_connection_test(http: Outbound, fake: FakeProvider) -> None:
+    result = await gitea.CONNECTION.test(ConnectionCheck(http, "gitea", fake.base_url, "tok"))
+    assert result.ok and fake.requests[0].path == "/api/v1/user"

@@ -1,0 +1,112 @@
+"""The github provider's outbound half, called directly against a stand-in GitHub over real TLS."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import switchboard_github as github
+
+from switchboard.outbound import Outbound
+from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
+from tests.fakes import FakeProvider, Scripted, forge_address, guarded_client
+
+REPLY_ID = "rp_01jdaaaaaaaaaaaaaaaaaaaaaa"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    server = await FakeProvider("github").start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Outbound]:
+    client = guarded_client(allow_http=False)
+    yield client
+    await client.close()
+
+
+def ghes_post(http: Outbound, fake: FakeProvider, **fields: object) -> ReplyPost:
+    address = forge_address("github", fake.host)
+    address = type(address)(address.kind, address.provider, address.display, {**address.fields, **fields})
+    return ReplyPost(http, "github", fake.host, "tok-1", address, "Fixed.", REPLY_ID)
+
+
+def test_connection_kind_rules() -> None:
+    kind = github.CONNECTION
+    assert kind.default_account_key == "github.com" and kind.text_limit == 65_536
+    assert kind.normalize_account_key("https://GHE.example.com/") == "ghe.example.com"
+    assert kind.account_matches("github.com", forge_address("github", "github.com"))
+    assert not kind.account_matches("github.com", forge_address("github", "evil.example"))
+    assert not kind.account_matches("github.com", forge_address("gitea", "github.com"))
+    assert kind.target_of(forge_address("github", "github.com", "acme/api")) == "acme/api"
+
+
+def test_other_kinds_get_none_synchronously(http: Outbound) -> None:
+    post = ReplyPost(http, "gitea", "https://x", "s", forge_address("gitea", "x"), "t", REPLY_ID)
+    assert github.post_reply(post=post) is None
+
+
+async def test_ghes_comment(http: Outbound, fake: FakeProvider) -> None:
+    result = await github.post_reply(post=ghes_post(http, fake))
+    assert (result.state, result.object_id) == ("sent", "1001")
+    assert result.permalink == "https://github.com/acme/api/issues/7#issuecomment-1001"
+    [req] = fake.requests
+    assert (req.method, req.path, req.auth) == (
+        "POST",
+        "/api/v3/repos/acme/api/issues/7/comments",
+        "Bearer tok-1",
+    )
+    assert req.headers["Accept"] == "application/vnd.github+json"
+    assert find_marker(req.json["body"]) == REPLY_ID and req.json["body"].startswith("Fixed.")
+
+
+async def test_saas_uses_the_operator_override(http: Outbound, fake: FakeProvider) -> None:
+    post = ReplyPost(
+        http,
+        "github",
+        "github.com",
+        "tok",
+        forge_address("github", "github.com"),
+        "x",
+        REPLY_ID,
+        api_overrides={"github": fake.base_url},
+    )
+    assert (await github.post_reply(post=post)).state == "sent"
+    assert fake.requests[0].path == "/repos/acme/api/issues/7/comments"
+
+
+@pytest.mark.parametrize("repo", ["../etc", "acme/..", "acme/api/x", "acme api/x"])
+async def test_an_unusable_address_never_dials(http: Outbound, fake: FakeProvider, repo: str) -> None:
+    result = await github.post_reply(post=ghes_post(http, fake, repo=repo))
+    assert (result.state, result.error_code) == ("failed", "bad_address")
+    assert fake.requests == []
+
+
+async def test_primary_rate_limit_reads_the_reset(http: Outbound, fake: FakeProvider) -> None:
+    reset = str(int(time.time()) + 120)
+    headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset}
+    fake.script(
+        "POST", "/api/v3/repos/acme/api/issues/7/comments", Scripted(403, {"message": "limit"}, headers)
+    )
+    result = await github.post_reply(post=ghes_post(http, fake))
+    assert (result.state, result.error_class, result.retryable) == ("failed", "rate_limited", True)
+    assert 100 <= (result.retry_after or 0) <= 121
+
+
+async def test_plain_403_is_forbidden(http: Outbound, fake: FakeProvider) -> None:
+    fake.script("POST", "/api/v3/repos/acme/api/issues/7/comments", Scripted(403, {"message": "no"}))
+    result = await github.post_reply(post=ghes_post(http, fake))
+    assert (result.state, result.error_class, result.retryable) == ("failed", "forbidden", False)
+
+
+async def test_the_connection_test_reads_the_current_user(http: Outbound, fake: FakeProvider) -> None:
+    check = ConnectionCheck(http, "github", fake.host, "tok-1")
+    result = await github.CONNECTION.test(check)
+    assert result.ok and result.facts == {"login": "switchboard-bot"}
+    fake.script("GET", "/api/v3/user", Scripted(401, {"message": "Bad credentials"}))
+    result = await github.CONNECTION.test(check)
+    assert (result.ok, result.error_class) == (False, "auth") and "Bad credentials" not in result.detail
