@@ -14,7 +14,6 @@ size (and ``--build-seconds`` stops growing once a build step took longer than t
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from bench.common import (
     positive_ints,
     private_database,
     provision,
+    run,
 )
 from switchboard import todos
 from switchboard.db import Database
@@ -133,4 +133,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -41,6 +41,7 @@ from bench.common import (
     positive_ints,
     private_database,
     provision,
+    run,
 )
 from switchboard import todos
 
@@ -176,4 +177,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

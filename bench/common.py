@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -523,6 +523,23 @@ class Report:
         if self.json_path is not None:
             with self.json_path.open("a") as out:
                 out.write(json.dumps({**row, "machine": machine()}) + "\n")
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    """Run a benchmark's ``main``; an unreachable database or a failed step is one line on
+    stderr and a non-zero exit, not a traceback (the server's log tail is in the message)."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (OSError, DBAPIError) as exc:
+        print(f"error: the database is unavailable ({type(exc).__name__}: {str(exc)[:300]})", file=sys.stderr)
+        sys.exit(2)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def heading(text_: str) -> None:

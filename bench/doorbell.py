@@ -40,6 +40,7 @@ from bench.common import (
     parser,
     private_database,
     provision,
+    run,
     server_process,
     tool,
 )
@@ -154,4 +155,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

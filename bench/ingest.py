@@ -37,6 +37,7 @@ from bench.common import (
     positive_ints,
     private_database,
     provision,
+    run,
     server_process,
 )
 from switchboard.db import Database
@@ -150,4 +151,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

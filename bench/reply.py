@@ -20,7 +20,6 @@ reply per todo, all through the owner's one GitHub connection.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import secrets
 import sys
@@ -48,6 +47,7 @@ from bench.common import (
     new_key,
     parser,
     private_database,
+    run,
     server_process,
     tool,
 )
@@ -239,4 +239,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)
