@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
@@ -182,11 +183,15 @@ def address_for(services: Services, delivery: Delivery, verdict: Verdict, verifi
 
 async def _read_body(request: web.Request) -> bytes:
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
+            chunks.append(chunk)
+    except (HttpProcessingError, ConnectionError):
+        # A truncated or malformed chunked body, or the sender hung up: nothing to store.
+        raise Refusal(400, "invalid_body", "the body was cut off or malformed") from None
     return b"".join(chunks)
 
 

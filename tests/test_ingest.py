@@ -968,3 +968,28 @@ async def test_hostile_bodies_get_a_clear_answer_never_a_500(services: Services,
     assert status == 202
     row = await todo(services, answer["todos"][0]["id"])
     assert row.title == "bad \ufffd title here"
+
+
+async def test_cut_off_or_malformed_bodies_store_nothing_and_never_500(
+    services: Services, base_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    host, port = base_url.removeprefix("http://").split(":")
+    head = f"POST /webhooks/{token} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+
+    # Malformed chunked encoding: a clear 400.
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write((head + 'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\nzz\r\n').encode())
+    await writer.drain()
+    status_line = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    assert status_line.split()[1] in (b"400",)
+
+    # The sender hangs up half-way through a Content-Length body.
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write((head + 'Content-Length: 1000\r\n\r\n{"title": "cut').encode())
+    await writer.drain()
+    writer.close()
+    await asyncio.sleep(0.3)
+    await _nothing_stored(services)
+    assert "unhandled error" not in caplog.text
