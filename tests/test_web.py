@@ -766,3 +766,32 @@ async def test_without_an_encryption_key_connections_are_refused_with_a_clear_pa
     assert resp.status == 409 and "switchboard keygen" in text and secret not in text
     async with db.read() as s:
         assert await s.scalar(select(func.count()).select_from(Connection)) == 0
+
+
+async def test_a_webhook_made_in_the_ui_delivers_to_the_board(browser: Browser, db: Any) -> None:
+    """The revealed URL and secret are the real ones: a signed GitHub delivery lands on the board
+    with its reply address."""
+    from fixtures.ingest_kit import fixture, fixture_bytes, github_headers
+
+    await browser.login(await human(db, "ada"))
+    await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
+    resp, text = await browser.post("/ui/webhooks", {"endpoint": "bot", "source": "github"})
+    assert resp.status == 201
+    secret = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
+    ingest = INGEST_RE.search(text).group(1)  # type: ignore[union-attr]
+
+    body = fixture_bytes("github/issues/opened.payload.json")
+    async with browser.http.post(
+        f"{browser.base_url}/webhooks/{ingest}", data=body, headers=github_headers(secret, body, "issues")
+    ) as delivered:
+        assert delivered.status == 202, await delivered.text()
+    repo = fixture("github/issues/opened.payload.json")["repository"]["full_name"]
+
+    resp, text = await browser.get("/ui")
+    assert resp.status == 200
+    assert "forge_comment" in text and f"github.com/{repo}#" in text
+    async with db.read() as s:
+        todo = await s.scalar(select(Todo))
+    assert todo is not None and todo.reply_to is not None
+    resp, detail = await browser.get(f"/ui/todos/{todo.id}")
+    assert resp.status == 200 and todo.reply_to["display"] in detail and "No replies yet" in detail
