@@ -71,7 +71,8 @@ NOTICES = {
     "connection_created": "Connection created.",
     "connection_rotated": "Connection secret rotated.",
     "connection_deleted": "Connection deleted.",
-    "connection_tested": "Connection tested; the result is shown in its row.",
+    "connection_test_ok": "Connection test passed.",
+    "connection_test_failed": "Connection test failed; its row shows the error class.",
     "logged_out": "You are logged out.",
 }
 
@@ -1862,8 +1863,8 @@ async def connection_test(request: web.Request, viewer: Viewer) -> web.StreamRes
     services = services_of(request)
 
     async def action(owner: Owner, connection_id: str) -> str:
-        await connections.test_connection(services, owner, connection_id)
-        return "connection_tested"
+        verdict = await connections.test_connection(services, owner, connection_id)
+        return "connection_test_ok" if verdict.get("ok") else "connection_test_failed"
 
     return await _connection_action(request, viewer, action)
 

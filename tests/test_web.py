@@ -537,8 +537,8 @@ async def test_connection_pages_show_the_fingerprint_never_the_secret(
     assert connection is not None
     resp, _ = await browser.post(f"/ui/connections/{connection.id}/test")
     assert resp.status == 303
-    resp, text = await browser.get("/ui/connections")
-    assert f"authenticated as {GITHUB_LOGIN}" in text
+    resp, text = await browser.get(resp.headers["Location"])
+    assert "Connection test passed" in text and f"authenticated as {GITHUB_LOGIN}" in text
     assert github_stub["seen"] == [f"Bearer {secret}"]  # the stub saw it; no page did
 
     new_secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
@@ -547,8 +547,9 @@ async def test_connection_pages_show_the_fingerprint_never_the_secret(
     resp, text = await browser.get("/ui/connections")
     assert services.vault.fingerprint(new_secret) in text and fingerprint not in text
     resp, _ = await browser.post(f"/ui/connections/{connection.id}/test")
-    resp, text = await browser.get("/ui/connections")
-    assert "auth" in text  # the stub refuses the rotated secret: shown as an auth failure
+    resp, text = await browser.get(resp.headers["Location"])
+    # The stub refuses the rotated secret: shown as an auth failure.
+    assert "Connection test failed" in text and '<span class="badge error">auth</span>' in text
 
     everything = browser.everything() + caplog.text
     assert secret not in everything and new_secret not in everything
