@@ -114,7 +114,7 @@ class Target:
 @dataclass(frozen=True)
 class Outcome:
     response: web.Response
-    source: str
+    # routed | self_reply | duplicate | ignored, or "handshake" for an answered url_verification.
     disposition: str
 
 
@@ -340,14 +340,14 @@ async def _ingest(
         raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
     if verdict.respond is not None:
         # A handshake (Slack url_verification): answered at once, nothing stored.
-        return Outcome(web.json_response(verdict.respond, status=200), source, "handshake")
+        return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
     # 4. Delivery key and deduplication.
     key = delivery_key(verdict.delivery_key, body)
     secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
     original = await _original(services, webhook, key, secondary)
     if original is not None:
-        return Outcome(await _duplicate(services, webhook, original, verified), source, "duplicate")
+        return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
 
     # 5./6. Housekeeping, echo suppression and the reply address.
     disposition = "ignored" if verdict.ignore else "routed"
@@ -402,7 +402,7 @@ async def _ingest(
         if original is None:
             log.warning("webhook %s changed while a delivery was being stored", webhook.id)
             raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
-        return Outcome(await _duplicate(services, webhook, original, verified), source, "duplicate")
+        return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
 
     # 8. Acknowledge (the data is committed) and ring the doorbell.
     if todos:
@@ -424,7 +424,6 @@ async def _ingest(
             trust_mode=webhook.trust_mode,
             disposition=disposition,
         ),
-        source,
         disposition,
     )
 
