@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -312,13 +313,30 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 parses as infinity, which no JSON response could carry back.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _no_nul(value: Any) -> bool:
+    """Text fields end up in the database; PostgreSQL text cannot hold NUL, so refuse it up front."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_no_nul(v) for v in value)
+    return True
+
+
 async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         data: Any = {}
     else:
         try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise SwitchboardError("invalid_body", "the request body is not valid JSON") from None
     if not isinstance(data, dict):
@@ -334,6 +352,8 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
             continue
         if not _type_ok(param, data[param.name]):
             raise invalid(f"field {param.name!r} must be {_describe(param)}")
+        if param.type in ("string", "array") and not _no_nul(data[param.name]):
+            raise invalid(f"field {param.name!r} must not contain NUL characters")
     return data
 
 
@@ -352,6 +372,8 @@ def _read_query(request: web.Request, params: tuple[Param, ...]) -> dict[str, An
         if len(values) > 1:
             raise invalid(f"query parameter {name!r} given more than once")
         value: Any = values[0]
+        if not _no_nul(value):
+            raise invalid(f"query parameter {name!r} must not contain NUL characters")
         if param.type == "integer":
             if not re.fullmatch(r"-?\d{1,9}", value):
                 raise invalid(f"query parameter {name!r} must be {_describe(param)}")
@@ -394,6 +416,9 @@ def _wrap(op: Operation) -> Callable[[web.Request], Awaitable[web.StreamResponse
             query = _read_query(request, op.query)
             body = await _read_body(request, op.body)
             path = {name: request.match_info[name] for name in op.path_params}
+            if not all(_no_nul(v) and len(v) <= 200 for v in path.values()):
+                # No id, slug or handle looks like this: it names nothing.
+                raise not_found("no such resource")
             status, data = await op.handler(Request(request, caller, services, path, query, body))
         except _Unauthorized:
             return _error(401, "unauthorized", "send Authorization: Bearer sbo_… (a human's token)")

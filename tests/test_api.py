@@ -552,6 +552,12 @@ async def test_bad_bodies_and_queries_are_4xx_with_a_code(
         ("POST", "/endpoints", b'{"name": "x", "expires_in_days": 1.5}', 400, "invalid_argument"),
         ("POST", "/endpoints", b'{"name": "x", "default_lease_seconds": 999999}', 400, "invalid_argument"),
         ("POST", "/endpoints/x/revoke", b'{"now": true}', 400, "invalid_argument"),
+        ("POST", "/endpoints", b'{"name": "a\\u0000b"}', 400, "invalid_argument"),
+        ("POST", "/endpoints", b'{"name": "x", "queues": ["a\\u0000"]}', 400, "invalid_argument"),
+        ("POST", "/todos", b'{"endpoint": "x", "title": "t", "payload": 1e400}', 400, "invalid_body"),
+        ("GET", "/endpoints/%00", b"", 404, "not_found"),
+        ("GET", "/todos/" + "x" * 5000, b"", 404, "not_found"),
+        ("GET", "/todos?queue=%00", b"", 400, "invalid_argument"),
     ]
     for method, path, raw, status, code in cases:
         got, payload = await alice.call(method, path, raw=raw)
