@@ -598,10 +598,18 @@ async def release(
 # re-checks the condition on the locked row.
 
 
+async def _any(db: Database, query: Any) -> bool:
+    async with db.read() as s:
+        return (await s.scalar(query.limit(1))) is not None
+
+
 async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
     """Expired leases: back to pending, or dead-lettered on the last attempt. Returns re-pended ids."""
     now = now or utcnow()
     repended: list[str] = []
+    # A cheap read first: an idle instance never takes the write lock (SQLite) for nothing.
+    if not await _any(db, select(Todo.id).where(Todo.state == "claimed", Todo.lease_expires_at <= now)):
+        return repended
     async with db.write() as s:
         todos = (
             await s.scalars(
@@ -626,6 +634,11 @@ async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
 async def schedule_retries(db: Database, now: datetime | None = None) -> list[str]:
     """Failed todos whose retry time has come: back to pending. Returns their ids."""
     now = now or utcnow()
+    due = select(Todo.id).where(
+        Todo.state == "failed", Todo.next_retry_at <= now, Todo.dead_letter.is_(False)
+    )
+    if not await _any(db, due):
+        return []
     async with db.write() as s:
         todos = (
             await s.scalars(
