@@ -633,17 +633,19 @@ class McpService:
         if session is None or session.endpoint_id != endpoint.id:
             # Another endpoint's session answers exactly like an unknown one.
             return _jsonrpc_error(404, "Session not found")
-        on_start = None
-        if request.method == "GET":
+        # Only a GET answered 200 is the session's notification stream (a second GET gets 409 and
+        # must not mark the first one closed when it ends).
+        opened: list[bool] = []
 
-            def on_start(status: int) -> None:
-                if status == 200:
-                    self.bell.stream_opened(session)
+        def on_start(status: int) -> None:
+            if request.method == "GET" and status == 200:
+                opened.append(True)
+                self.bell.stream_opened(session)
 
         try:
             response = await _asgi(request, body, session.transport.handle_request, extra, on_start)
         finally:
-            if request.method == "GET":
+            if opened:
                 self.bell.stream_closed(session)
         if session.transport.is_terminated:
             await self.discard(session)

@@ -213,3 +213,24 @@ async def test_a_requeued_todo_rings_again(db: Database, services: Services, bas
         # The reaper returns it to pending and rings it.
         ring = await agent.listener.next_ring(timeout=4.0)
         assert ring.meta["todo_id"] == todo.id
+
+
+async def test_a_second_stream_is_refused_and_does_not_silence_the_first(
+    db: Database, services: Services, base_url: str
+) -> None:
+    ep, token = await vend(db)
+    async with connect(base_url, token, ep) as agent:
+        await listening(services, ep)
+        [session_id] = [
+            s.id for s in doorbell.doorbell_of(services).sessions.values() if s.endpoint_id == ep.id
+        ]
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Mcp-Session-Id": session_id,
+            "Accept": "text/event-stream",
+        }
+        async with aiohttp.ClientSession() as http, http.get(f"{base_url}/mcp", headers=headers) as resp:
+            assert resp.status == 409
+        todo = await add_todo(db, ep)
+        await services.todos_created([todo.id])
+        assert (await agent.listener.next_ring()).meta["todo_id"] == todo.id
