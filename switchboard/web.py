@@ -462,7 +462,8 @@ def login_page(
         '<form method="post" action="/ui/login">'
         '<input type="hidden" name="csrf" value="{csrf}">'
         '<label for="token">Personal token</label>'
-        '<input type="password" id="token" name="token" autocomplete="off" required placeholder="sbo_…">'
+        '<input type="password" id="token" name="token" autocomplete="off" required autofocus '
+        'placeholder="sbo_…">'
         '<p class="hint">The <code>sbo_</code> token printed by <code>switchboard human add</code>. '
         "It is exchanged for a session cookie and not kept by your browser.</p>"
         '<button type="submit">Log in</button></form></section>',
