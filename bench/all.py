@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FULL: list[tuple[str, list[str]]] = [
     ("ingest", ["--db", "both", "--senders", "1,8,32", "--deliveries", "2000", "--seconds", "60"]),
-    ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "30"]),
+    ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "30", "--mcp"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     ("backlog", ["--db", "sqlite", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     ("doorbell", ["--db", "both", "--deliveries", "200"]),
@@ -31,7 +31,7 @@ FULL: list[tuple[str, list[str]]] = [
 ]
 QUICK: list[tuple[str, list[str]]] = [
     ("ingest", ["--db", "both", "--senders", "1,4", "--deliveries", "100"]),
-    ("claim", ["--db", "both", "--claimers", "1,4", "--cycles", "200"]),
+    ("claim", ["--db", "both", "--claimers", "1,4", "--cycles", "200", "--mcp"]),
     ("backlog", ["--db", "both", "--sizes", "1000,10000", "--claims", "50"]),
     ("doorbell", ["--db", "both", "--deliveries", "20"]),
     ("reply", ["--db", "both", "--replies", "30"]),
@@ -103,7 +103,9 @@ def render(rows: list[dict[str, Any]]) -> str:
             if col not in columns:
                 columns.append(col)
         labels = [
-            f"{'Switchboard ' + ENGINE_LABEL[e] if q == 'switchboard' else q.replace('pgqueuer', 'PgQueuer')}"
+            f"Switchboard {ENGINE_LABEL[e]}{q.removeprefix('switchboard')}"
+            if q.startswith("switchboard")
+            else q.replace("pgqueuer", "PgQueuer")
             for e, q in columns
         ]
         claimers = sorted({r["claimers"] for r in cycles})

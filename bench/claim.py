@@ -36,12 +36,15 @@ from bench.common import (
     heading,
     machine,
     make_services,
+    mcp_client,
     new_key,
     parser,
     positive_ints,
     private_database,
     provision,
     run,
+    server_process,
+    tool,
 )
 from switchboard import todos
 
@@ -89,6 +92,71 @@ async def switchboard_rounds(
             )
     finally:
         await db.dispose()
+
+
+async def mcp_rounds(
+    bench_db: BenchDatabase, claimers: list[int], cycles: int, seconds: float, report: Report
+) -> None:
+    """The agent's path: each claimer an SDK client session on a server process, calling the
+    ``claim_next`` and ``complete`` tools (MCP framing, auth and JSON included)."""
+    key = new_key()
+    services = make_services(bench_db, key)
+    try:
+        tenant = await provision(services, handle="mcp", source=None, families=())
+    finally:
+        await services.db.dispose()
+    endpoint = tenant.endpoint
+    first = 10_000_000
+    async with server_process(bench_db, key) as server:
+        for n in claimers:
+            loader = make_services(bench_db, key)
+            try:
+                await bulk_pending(loader.db, endpoint.id, tenant.queue, cycles, first=first)
+                if not loader.db.is_sqlite:
+                    await analyze(loader.db)
+            finally:
+                await loader.db.dispose()
+            first += cycles
+            latencies = Latencies()
+            done = 0
+
+            async def claimer(latencies: Latencies, ready: asyncio.Barrier) -> None:
+                nonlocal done
+                async with mcp_client(server.base_url, tenant.endpoint_token) as client:
+                    await ready.wait()
+                    deadline = time.monotonic() + seconds
+                    while time.monotonic() < deadline:
+                        started = time.perf_counter()
+                        got = await tool(client, "claim_next")
+                        if got.get("empty"):
+                            return
+                        await tool(client, "complete", todo_id=got["todo"]["id"], result={"ok": True})
+                        latencies.add(time.perf_counter() - started)
+                        done += 1
+
+            # Sessions are opened first (not timed); the clock starts when all are ready.
+            ready = asyncio.Barrier(n + 1)
+            tasks = [asyncio.create_task(claimer(latencies, ready)) for _ in range(n)]
+            opening = asyncio.create_task(ready.wait())
+            await asyncio.wait([opening, *tasks], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            if not opening.done():
+                # A session failed to open (its task ended early) or none opened within a minute.
+                for task in [opening, *tasks]:
+                    task.cancel()
+                failures = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+                raise RuntimeError(f"MCP sessions did not open: {failures[:1] or 'timed out'}")
+            started = time.perf_counter()
+            await asyncio.gather(*tasks)
+            wall = time.perf_counter() - started
+            report.add(
+                engine=bench_db.engine,
+                queue="switchboard over MCP",
+                claimers=n,
+                cycles=done,
+                seconds=round(wall, 2),
+                cycles_per_second=round(done / wall, 1),
+                **{f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"},
+            )
 
 
 async def pgqueuer_rounds(
@@ -161,6 +229,7 @@ async def main() -> None:
     p.add_argument("--cycles", type=int, default=3000, help="backlog per round (bound)")
     p.add_argument("--seconds", type=float, default=30.0, help="time cap per round")
     p.add_argument("--no-baseline", action="store_true", help="skip PgQueuer on PostgreSQL")
+    p.add_argument("--mcp", action="store_true", help="also drive the tools over MCP (a server process)")
     args = p.parse_args()
     if args.cycles < 1 or args.seconds <= 0:
         p.error("--cycles and --seconds must be positive")
@@ -170,6 +239,9 @@ async def main() -> None:
         heading(f"claim_next + complete on {engine}, claimers {args.claimers}")
         async with private_database(engine) as bench_db:
             await switchboard_rounds(bench_db, args.claimers, args.cycles, args.seconds, report)
+            if args.mcp:
+                heading(f"the same over MCP on {engine}: one SDK client session per claimer")
+                await mcp_rounds(bench_db, args.claimers, args.cycles, args.seconds, report)
             if engine == "postgresql" and not args.no_baseline:
                 heading("baseline: PgQueuer dequeue + ack on the same database")
                 await pgqueuer_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch=1)
