@@ -58,14 +58,31 @@ def _check_database_exists(settings: Settings) -> None:
         )
 
 
+class _NoSchema(Exception):
+    pass
+
+
+def _reason(exc: DBAPIError) -> str:
+    """A short, secret-free reason (driver messages name databases and users, never passwords)."""
+    orig = exc.orig
+    name = type(getattr(orig, "__cause__", None) or orig).__name__ if orig is not None else "error"
+    detail = str(orig).split(": ", 1)[-1].splitlines()[0][:200] if orig is not None else ""
+    return f"{name}: {detail}" if detail else name
+
+
 async def _check_migrated(db: Database) -> None:
     try:
-        async with db.read() as s:
-            await s.execute(text("SELECT version_num FROM alembic_version"))
-    except DBAPIError:
+        async with db.engine.connect() as conn:
+            try:
+                await conn.execute(text("SELECT version_num FROM alembic_version"))
+            except DBAPIError:
+                raise _NoSchema from None
+    except _NoSchema:
         raise SwitchboardError(
             "unavailable", "the database has no Switchboard schema (run `switchboard db upgrade`)"
         ) from None
+    except DBAPIError as exc:
+        raise SwitchboardError("unavailable", f"cannot connect to the database ({_reason(exc)})") from None
 
 
 @asynccontextmanager

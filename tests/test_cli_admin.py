@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner, Result
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from switchboard.cli import main
@@ -614,7 +615,9 @@ def test_todo_push_list_show(cli: Cli, database_url: str) -> None:
 # The database itself
 
 
-def test_missing_or_unmigrated_database_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+def test_missing_or_unmigrated_database_is_one_line_and_creates_nothing(
+    tmp_path: Path, database_url: str
+) -> None:
     missing = tmp_path / "nowhere.db"
     cli = _runner(_env(f"sqlite+aiosqlite:///{missing}"))
     line = err(cli("human", "list"), "unavailable")
@@ -628,10 +631,14 @@ def test_missing_or_unmigrated_database_is_one_line_and_creates_nothing(tmp_path
 
     unreachable = _runner(_env("postgresql+asyncpg://postgres@127.0.0.1:1/none"))
     err(unreachable("team", "list"), "unavailable")
+    if database_url.startswith("postgresql"):
+        # The server is there, the database is not: say which, and do not call it a schema problem.
+        gone = make_url(database_url).set(database="sb_no_such_database").render_as_string(False)
+        line = err(_runner(_env(gone))("human", "list"), "unavailable")
+        assert "sb_no_such_database" in line and "db upgrade" not in line
 
     bad = _runner(_env("mysql://localhost/x"))
-    line = err(bad("human", "list"), "SWITCHBOARD_DATABASE_URL", exit_code=2)
-    assert "mysql" not in line or "sqlite" in line
+    assert "must start with" in err(bad("human", "list"), "SWITCHBOARD_DATABASE_URL", exit_code=2)
 
 
 def test_real_subprocess_on_the_configured_database(database_url: str) -> None:
