@@ -750,11 +750,22 @@ async def _revocation_pass(services: Services) -> None:
         await service.sweep_revoked()
 
 
+def quiet_wire_loggers() -> None:
+    """The SDK and the SSE writer log whole JSON-RPC messages at DEBUG. Tool arguments carry
+    connection secrets and results carry lease tokens, so those loggers never go below INFO, even
+    when the operator runs with LOG_LEVEL=DEBUG."""
+    for name in ("mcp", "sse_starlette"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.INFO:
+            logger.setLevel(logging.INFO)
+
+
 def setup(app: web.Application) -> None:
     """``/mcp`` (GET, POST, DELETE), the session task group, the revocation sweep and the doorbell."""
     doorbell.setup(app)
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        quiet_wire_loggers()
         service = McpService(app[SERVICES])
         app[SERVICES].extras["mcp"] = service
         started, stop = asyncio.Event(), asyncio.Event()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -360,3 +361,25 @@ async def test_revoking_an_endpoint_closes_its_sessions_and_then_401(
     async with db.read() as s:
         row = await s.scalar(select(Todo).where(Todo.id == todo.id))
         assert row is not None and row.dead_letter
+
+
+@pytest.fixture
+def debug_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Everything at DEBUG, set before the server starts (as an operator's LOG_LEVEL=DEBUG)."""
+    caplog.set_level(logging.DEBUG)
+    return caplog
+
+
+async def test_no_secret_or_lease_token_reaches_a_log_line_even_at_debug(
+    debug_logs: pytest.LogCaptureFixture, db: Database, base_url: str
+) -> None:
+    ep, token = await vend(db, families=["connections"])
+    todo = await add_todo(db, ep)
+    secret = "xoxb-" + "1234567890-" * 3 + "abcdefghijklmnop"
+    async with connect(base_url, token, ep) as agent:
+        await agent.ok("create_connection", kind="slack", name="sl", account_key="T0123ABC", secret=secret)
+        lease_token = (await agent.ok("claim", todo_id=todo.id, fence=True))["lease_token"]
+        await agent.ok("complete", todo_id=todo.id, lease_token=lease_token)
+    assert any(r.levelno == logging.DEBUG for r in debug_logs.records)  # logging really was at DEBUG
+    for value in (secret, lease_token, token):
+        assert value not in debug_logs.text
