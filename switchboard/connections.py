@@ -392,11 +392,15 @@ async def test_connection(services: Any, owner: Owner | None, connection_id: str
         "detail": _clean_detail(result.detail, secret),
         "tested_at": _rfc3339(tested_at),
     }
-    facts = {str(k): _clean_detail(str(v), secret) for k, v in dict(result.facts).items()}
+    # Facts (a Slack bot id, which echo suppression trusts) are kept only from a passing test: a
+    # token of the wrong workspace must not teach us another bot.
+    learned = dict(result.facts) if result.ok else {}
+    facts = {str(k): _clean_detail(str(v), secret) for k, v in learned.items()}
     async with services.db.write() as s:
         live = await s.get(Connection, row.id)
         if live is not None:
-            live.last_test = {**verdict, "facts": facts or dict((live.last_test or {}).get("facts") or {})}
+            kept = dict((live.last_test or {}).get("facts") or {})
+            live.last_test = {**verdict, "facts": facts or kept}
     return verdict
 
 
