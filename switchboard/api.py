@@ -657,11 +657,14 @@ async def revoke(req: Request) -> tuple[int, dict[str, Any]]:
 
 async def list_webhooks(req: Request) -> tuple[int, dict[str, Any]]:
     slug = req.query.get("endpoint")
+    scopes = _scopes_for_read(req)
     if slug is not None:
-        await _endpoint(req, slug)
+        endpoint = await _endpoint(req, slug)
+        if Owner.of(endpoint) not in scopes:  # both filters given, and they disagree
+            raise not_found(f"endpoint {slug!r}")
         return 200, {"webhooks": await tenancy.list_webhooks(req.services.db, slug)}
     rows: list[dict[str, Any]] = []
-    for scope in _scopes_for_read(req):
+    for scope in scopes:
         rows += await tenancy.list_webhooks(req.services.db, owner=scope)
     rows.sort(key=lambda w: (w["created_at"], w["id"]))
     return 200, {"webhooks": rows}

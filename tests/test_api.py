@@ -327,6 +327,11 @@ async def test_routes_across_scopes_need_both_administered(alice: Api, bob: Api)
     )
     # Bob sees ops-bot but neither administers it nor sees Alice's webhook.
     await bob.error("DELETE", f"/webhooks/{alices['id']}/routes/ops-bot", status=404, code="not_found")
+    # Filters combine: the team's webhooks are not Alice's own.
+    assert (await alice.ok("GET", "/webhooks?team=ops")) == {"webhooks": []}
+    await alice.error("GET", "/webhooks?team=ops&endpoint=alice-bot", status=404, code="not_found")
+    (own,) = (await alice.ok("GET", "/webhooks?endpoint=alice-bot"))["webhooks"]
+    assert own["routes"] == ["ops-bot"]
     removed = await alice.ok("DELETE", f"/webhooks/{alices['id']}/routes/ops-bot")
     assert removed["webhook"]["routes"] == []
     await alice.error("DELETE", f"/webhooks/{alices['id']}/routes/ops-bot", status=404, code="not_found")
