@@ -237,6 +237,8 @@ async def test_slack_token_of_another_team_fails_the_test(
     )
     verdict = await conn.test_connection(services, alice, made["id"])
     assert verdict["ok"] is False and verdict["error_class"] == "invalid" and "T0TEST" in verdict["detail"]
+    # The other workspace's bot is not learned: echo suppression must not trust it.
+    assert (await conn.get_connection(services, alice, made["id"]))["last_test"]["facts"] == {}
     fake_slack.script("POST", "/api/auth.test", Scripted(200, {"ok": False, "error": "invalid_auth"}))
     verdict = await conn.test_connection(services, alice, made["id"])
     assert (verdict["ok"], verdict["error_class"]) == (False, "auth")
