@@ -337,7 +337,12 @@ def normalize_host(value: str) -> str:
     host = valid_host(text.lower())
     if host is None:
         raise ValueError(f"{value!r} is not a host name")
-    return host
+    return _without_default_port(host)
+
+
+def _without_default_port(host: str) -> str:
+    # Addresses carry the host as the payload's URL spells it, which omits :443.
+    return host.removesuffix(":443")
 
 
 def normalize_https_base(value: str) -> str:
@@ -353,11 +358,13 @@ def normalize_https_base(value: str) -> str:
         raise ValueError("must be a plain base URL (no user info, query or fragment)")
     host = valid_host(parts.netloc.lower())
     path = parts.path.rstrip("/")
+    segments = path.split("/")[1:]
     if host is None or not all(
-        seg and all(c.isalnum() or c in "._-~" for c in seg) for seg in path.split("/")[1:]
+        seg not in ("", ".", "..") and all(c.isascii() and (c.isalnum() or c in "._-~") for c in seg)
+        for seg in segments
     ):
         raise ValueError(f"{value!r} is not a usable base URL")
-    return f"https://{host}{path}"
+    return f"https://{_without_default_port(host)}{path}"
 
 
 def host_of(base_url: str) -> str:

@@ -249,10 +249,14 @@ def test_account_key_normalisation() -> None:
     assert outbound.normalize_host("GitHub.com") == "github.com"
     assert outbound.normalize_host("https://ghe.example.com:8443/") == "ghe.example.com:8443"
     assert outbound.normalize_https_base("https://Git.Example.com/gitea/") == "https://git.example.com/gitea"
+    assert outbound.normalize_https_base("https://git.example.com:443") == "https://git.example.com"
+    assert outbound.normalize_host("ghe.example.com:443") == "ghe.example.com"
     for bad in (
         "http://git.example.com",
         "https://u:p@git.example.com",
         "https://git.example.com/?q=1",
+        "https://git.example.com/a/../b",
+        "https://git.example.com/ü",
         "ftp://x",
     ):
         with pytest.raises(ValueError):
