@@ -193,7 +193,7 @@ def human_group() -> None:
 
 @human_group.command("add")
 @click.argument("handle")
-@click.option("--email", help="Contact address (optional).")
+@click.option("--email", metavar="E", help="Contact address (optional).")
 @json_option
 def human_add(handle: str, email: str | None, as_json: bool) -> None:
     """Create a human and print their `sbo_` token (shown once)."""
@@ -249,7 +249,9 @@ def team_group() -> None:
 
 @team_group.command("add")
 @click.argument("slug")
-@click.option("--owner", "owner_handle", required=True, help="Handle of the team's first owner.")
+@click.option(
+    "--owner", "owner_handle", metavar="HANDLE", required=True, help="Handle of the team's first owner."
+)
 @json_option
 def team_add(slug: str, owner_handle: str, as_json: bool) -> None:
     """Create a team with HANDLE as its owner."""
@@ -333,10 +335,14 @@ def endpoint_group() -> None:
 
 
 @endpoint_group.command("vend")
-@click.option("--name", required=True, help="A human-readable name; the slug is derived from it.")
-@click.option("--owner", "owner_handle", help="Owning human's handle.")
-@click.option("--team", "team_slug", help="Owning team's slug.")
-@click.option("--queue", "queues", multiple=True, help="A granted queue (repeatable; default: default).")
+@click.option(
+    "--name", required=True, metavar="NAME", help="A human-readable name; the slug is derived from it."
+)
+@click.option("--owner", "owner_handle", metavar="HANDLE", help="Owning human's handle.")
+@click.option("--team", "team_slug", metavar="SLUG", help="Owning team's slug.")
+@click.option(
+    "--queue", "queues", metavar="Q", multiple=True, help="A granted queue (repeatable; default: default)."
+)
 @click.option("--reply", "grant_reply", is_flag=True, help="Grant the `reply` verb (posts publicly).")
 @click.option(
     "--connection-verbs",
@@ -346,10 +352,11 @@ def endpoint_group() -> None:
 @click.option(
     "--family",
     "families",
+    metavar="FAMILY",
     multiple=True,
     help="Grant a verb family by name (repeatable; same as --reply / --connection-verbs).",
 )
-@click.option("--expires-in-days", type=int, help="Expire the token after N days (1-3650).")
+@click.option("--expires-in-days", type=int, metavar="N", help="Expire the token after N days (1-3650).")
 @json_option
 def endpoint_vend(
     name: str,
@@ -407,8 +414,8 @@ def endpoint_vend(
 
 
 @endpoint_group.command("list")
-@click.option("--owner", "owner_handle", help="Only this human's endpoints.")
-@click.option("--team", "team_slug", help="Only this team's endpoints.")
+@click.option("--owner", "owner_handle", metavar="HANDLE", help="Only this human's endpoints.")
+@click.option("--team", "team_slug", metavar="SLUG", help="Only this team's endpoints.")
 @json_option
 def endpoint_list(owner_handle: str | None, team_slug: str | None, as_json: bool) -> None:
     """List endpoints (tokens only as their display prefix)."""
@@ -465,11 +472,16 @@ def webhook_group() -> None:
 
 
 @webhook_group.command("create")
-@click.option("--endpoint", "endpoint_slug", required=True, help="The owning endpoint's slug.")
 @click.option(
-    "--source", required=True, help="Source kind (github, gitea, slack, cairn, stripe, generic, …)."
+    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The owning endpoint's slug."
 )
-@click.option("--queue", help="Target queue on the endpoint (default: its first queue).")
+@click.option(
+    "--source",
+    required=True,
+    metavar="KIND",
+    help="Source kind (github, gitea, slack, cairn, stripe, generic, …).",
+)
+@click.option("--queue", metavar="Q", help="Target queue on the endpoint (default: its first queue).")
 @json_option
 def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: bool) -> None:
     """Create a webhook; print its ingest URL and, for minted kinds, its secret (shown once)."""
@@ -510,7 +522,7 @@ def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: 
 
 
 @webhook_group.command("list")
-@click.option("--endpoint", "endpoint_slug", help="Only this endpoint's webhooks.")
+@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only this endpoint's webhooks.")
 @json_option
 def webhook_list(endpoint_slug: str | None, as_json: bool) -> None:
     """List webhooks (never a secret; the ingest token only as its prefix)."""
@@ -598,7 +610,9 @@ def webhook_route_group() -> None:
 
 @webhook_route_group.command("add")
 @click.argument("webhook_id")
-@click.option("--endpoint", "endpoint_slug", required=True, help="The endpoint to add as a target.")
+@click.option(
+    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The endpoint to add as a target."
+)
 @json_option
 def webhook_route_add(webhook_id: str, endpoint_slug: str, as_json: bool) -> None:
     """Route WEBHOOK_ID's deliveries to another endpoint too (the operator may cross scopes)."""
@@ -616,7 +630,9 @@ def webhook_route_add(webhook_id: str, endpoint_slug: str, as_json: bool) -> Non
 
 @webhook_route_group.command("remove")
 @click.argument("webhook_id")
-@click.option("--endpoint", "endpoint_slug", required=True, help="The target endpoint to remove.")
+@click.option(
+    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The target endpoint to remove."
+)
 @json_option
 def webhook_route_remove(webhook_id: str, endpoint_slug: str, as_json: bool) -> None:
     """Stop routing WEBHOOK_ID's deliveries to an endpoint."""
@@ -655,13 +671,21 @@ def connection_group() -> None:
 
 
 @connection_group.command("add")
-@click.option("--owner", "owner_handle", help="Owning human's handle.")
-@click.option("--team", "team_slug", help="Owning team's slug.")
-@click.option("--kind", required=True, help="Connection kind (github, gitea, slack, cairn, …).")
-@click.option("--name", required=True, help="A name, unique in the owner scope.")
-@click.option("--account-key", required=True, help="Forge host, Slack team id, or https base URL.")
-@click.option("--target", "targets", multiple=True, help="Allowlist glob (repeatable).")
-@click.option("--endpoint", "endpoints", multiple=True, help="Endpoint slug allowed to use it (repeatable).")
+@click.option("--owner", "owner_handle", metavar="HANDLE", help="Owning human's handle.")
+@click.option("--team", "team_slug", metavar="SLUG", help="Owning team's slug.")
+@click.option("--kind", required=True, metavar="K", help="Connection kind (github, gitea, slack, cairn, …).")
+@click.option("--name", required=True, metavar="N", help="A name, unique in the owner scope.")
+@click.option(
+    "--account-key", required=True, metavar="A", help="Forge host, Slack team id, or https base URL."
+)
+@click.option("--target", "targets", metavar="GLOB", multiple=True, help="Allowlist glob (repeatable).")
+@click.option(
+    "--endpoint",
+    "endpoints",
+    metavar="SLUG",
+    multiple=True,
+    help="Endpoint slug allowed to use it (repeatable).",
+)
 @json_option
 def connection_add(
     owner_handle: str | None,
@@ -701,8 +725,8 @@ def connection_add(
 
 
 @connection_group.command("list")
-@click.option("--owner", "owner_handle", help="Only this human's connections.")
-@click.option("--team", "team_slug", help="Only this team's connections.")
+@click.option("--owner", "owner_handle", metavar="HANDLE", help="Only this human's connections.")
+@click.option("--team", "team_slug", metavar="SLUG", help="Only this team's connections.")
 @json_option
 def connection_list(owner_handle: str | None, team_slug: str | None, as_json: bool) -> None:
     """List connections (fingerprints only, never a secret)."""
@@ -798,10 +822,12 @@ def _parse_payload(raw: str | None) -> Any:
 
 
 @todo_group.command("push")
-@click.option("--endpoint", "endpoint_slug", required=True, help="The endpoint whose queue gets it.")
-@click.option("--title", required=True, help="One-line title.")
-@click.option("--queue", help="Queue (default: the endpoint's first).")
-@click.option("--payload", help="A JSON value for the todo's payload.")
+@click.option(
+    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The endpoint whose queue gets it."
+)
+@click.option("--title", required=True, metavar="T", help="One-line title.")
+@click.option("--queue", metavar="Q", help="Queue (default: the endpoint's first).")
+@click.option("--payload", metavar="JSON", help="A JSON value for the todo's payload.")
 @json_option
 def todo_push(endpoint_slug: str, title: str, queue: str | None, payload: str | None, as_json: bool) -> None:
     """Put a todo on an endpoint's queue by hand."""
@@ -822,9 +848,9 @@ def todo_push(endpoint_slug: str, title: str, queue: str | None, payload: str | 
 
 
 @todo_group.command("list")
-@click.option("--endpoint", "endpoint_slug", help="Only this endpoint's todos.")
+@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only this endpoint's todos.")
 @click.option("--state", type=click.Choice(("pending", "claimed", "done", "failed")), help="Only this state.")
-@click.option("--queue", help="Only this queue.")
+@click.option("--queue", metavar="Q", help="Only this queue.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @json_option
 def todo_list(
