@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, utcnow
@@ -452,7 +452,8 @@ async def claim_next(
     token = new_token("sbl") if fence else None
     pick = (
         select(Todo.id)
-        .where(Todo.endpoint_id == endpoint.id, Todo.state == "pending")
+        # The state as a literal, so that even a generic (prepared) plan can use the partial index.
+        .where(Todo.endpoint_id == endpoint.id, Todo.state == literal_column("'pending'"))
         .where(Todo.queue == queues[0] if len(queues) == 1 else Todo.queue.in_(queues))
         .order_by(Todo.created_at)
         .limit(1)
