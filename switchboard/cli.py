@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -27,7 +27,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print one JS
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
+        # RFC 3339 UTC, the same shape as the API and MCP (milliseconds, "Z").
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -152,6 +153,7 @@ def test_human_add_shows_the_token_once_and_stores_only_its_hash(cli: Cli, datab
     rows = ok(cli("human", "list", "--json"))["humans"]
     assert [h["handle"] for h in rows] == ["alice"]
     assert token not in json.dumps(rows) and rows[0]["token_prefix"].startswith("sbo_")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", rows[0]["created_at"])  # RFC 3339 UTC
 
     raw = dump_database(database_url)
     assert token not in raw and token_hash(token) in raw
