@@ -16,6 +16,7 @@ import itertools
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,7 +47,7 @@ from switchboard.models import Todo
 
 async def blast(
     http: aiohttp.ClientSession, url: str, secret: str, *, senders: int, total: int, seconds: float
-) -> dict[str, float | int]:
+) -> dict[str, Any]:
     """``total`` deliveries from ``senders`` concurrent senders, stopping early at ``seconds``."""
     bodies = github_bodies()
     tickets = itertools.count()
@@ -85,6 +86,8 @@ async def blast(
         "sent": sum(statuses.values()),
         "acked": acked,
         "refused": sum(n for s, n in statuses.items() if s != 202),
+        # Anything but 202 by status (-1: no answer), so a refusal is never silent.
+        "other_statuses": {str(s): n for s, n in sorted(statuses.items()) if s != 202} or None,
         "todos_created": created,
         "seconds": round(wall, 2),
         "per_second": round(acked / wall, 1) if wall > 0 else 0.0,
