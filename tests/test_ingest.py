@@ -993,3 +993,34 @@ async def test_cut_off_or_malformed_bodies_store_nothing_and_never_500(
     await asyncio.sleep(0.3)
     await _nothing_stored(services)
     assert "unhandled error" not in caplog.text
+
+
+async def test_chunked_body_over_5_mib_is_cut_off_at_the_cap(services: Services, base_url: str) -> None:
+    import aiohttp
+
+    token, _, _ = await make_webhook(services, "generic")
+
+    async def chunks() -> Any:
+        for _ in range(6):
+            yield b"x" * (1024 * 1024)
+
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base_url}/webhooks/{token}", data=chunks()) as resp,
+    ):
+        assert resp.status == 413
+        assert (await resp.json())["error"] == "payload_too_large"
+    await _nothing_stored(services)
+
+
+def test_rate_limiter_refills_and_forgets_idle_clients() -> None:
+    from switchboard.ingest import RateLimiter
+
+    limiter = RateLimiter(rate=1000.0, burst=2, max_clients=3)
+    assert limiter.take("a") == 0 and limiter.take("a") == 0
+    assert limiter.take("a") > 0
+    time.sleep(0.01)
+    assert limiter.take("a") == 0  # refilled at 1000/s
+    for client in ("b", "c", "d", "e"):
+        assert limiter.take(client) == 0
+    assert len(limiter._buckets) <= 3
