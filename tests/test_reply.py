@@ -671,3 +671,24 @@ async def test_a_caller_that_goes_away_mid_dial_still_gets_its_reply_recorded(
     again = await reply.send_reply(services, endpoint, todo.id, "posting", idempotency_key="k")
     assert (again["state"], again["duplicate"]) == ("sent", True)
     assert len(fake_slack.posts()) == 1
+
+
+async def test_a_private_destination_is_refused_at_connect_and_recorded_failed(
+    services: Any, db: Any, fake_gitea: FakeProvider
+) -> None:
+    """With no allowed networks (the production default), a connection whose base URL is on a
+    private address never reaches it: the reply fails with the network class and is not retried."""
+    services.extras["outbound"] = strict = guarded_client(allow_cidrs="")
+    owner, endpoint = await human_and_endpoint(db)
+    await conn.create_connection(
+        services, owner, kind="gitea", name="gitea", account_key=fake_gitea.base_url, secret=GITHUB_SECRET
+    )
+    todo = await claimed_todo(db, endpoint, forge_address("gitea", fake_gitea.host))
+    result = await reply.send_reply(services, endpoint, todo.id, "hello")
+    await strict.close()
+    assert (result["state"], result["error_class"]) == ("failed", "network")
+    [row] = await rows_of(db)
+    assert row.error_code == "address_refused"
+    assert fake_gitea.requests == []
+    assert services.metrics.value("switchboard_replies_total", state="failed", error_class="network") == 1
+    assert "switchboard_reply_seconds_count" in services.metrics.render()
