@@ -1024,3 +1024,27 @@ def test_rate_limiter_refills_and_forgets_idle_clients() -> None:
     for client in ("b", "c", "d", "e"):
         assert limiter.take(client) == 0
     assert len(limiter._buckets) <= 3
+
+
+async def test_echo_matching_covers_every_target_scope_and_no_other(
+    services: Services, base_url: str
+) -> None:
+    token, secret, webhook_id = await make_webhook(services, "github")
+    await _routed_to(services, webhook_id, handle="bob", slug="bob-agent")
+    outsider, _ = await tenancy.add_human(services.db, "eve")
+    issue = fixture_bytes("github/issues/opened.payload.json")
+    _, first, _ = await post(base_url, token, issue, github_headers(secret, issue, "issues", "d-1"))
+    bob = next(h.id for h in await tenancy.list_humans(services.db) if h.handle == "bob")
+    thread = "github github.com/Codertocat/Hello-World#1"
+    bobs_todo = first["todos"][1]["id"]
+    await _record_reply(services, bobs_todo, object_id="7001", thread_key=thread, owner_scope=outsider.id)
+    await _record_reply(services, bobs_todo, object_id="7002", thread_key=thread, owner_scope=bob)
+    dispositions = []
+    for comment_id in (7001, 7002):
+        payload = fixture("github/issue_comment/created.payload.json")
+        payload["comment"]["id"] = comment_id
+        body = json.dumps(payload).encode()
+        headers = github_headers(secret, body, "issue_comment", f"d-{comment_id}")
+        dispositions.append((await post(base_url, token, body, headers))[1]["disposition"])
+    # A reply recorded in a scope this webhook does not reach is not ours to drop.
+    assert dispositions == ["routed", "self_reply"]
