@@ -7,6 +7,7 @@ Inbound: ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, raw body)>``, th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -206,7 +207,7 @@ def _failure(resp: outbound.Response) -> PostResult:
     reset = outbound.header(resp.headers, "x-ratelimit-reset")
     if result.retry_after is None and reset is not None and reset.isdigit():
         wait = max(0.0, int(reset) - time.time())
-        result = PostResult(**{**result.__dict__, "retry_after": wait})
+        result = dataclasses.replace(result, retry_after=wait)
     return result
 
 
