@@ -14,14 +14,16 @@ size (and ``--build-seconds`` stops growing once a build step took longer than t
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import text
+from sqlalchemy import event
 
 from bench.common import (
     Latencies,
@@ -41,26 +43,71 @@ from bench.common import (
 )
 from switchboard import todos
 from switchboard.db import Database
+from switchboard.models import Endpoint
 
 DEFAULT_SIZES = [1_000, 10_000, 100_000, 1_000_000]
+# Bound on the timed claims at one size (a slow pick must not turn a run into an hour).
+CLAIM_SECONDS = 30.0
 
 
-async def plan_of(db: Database, endpoint_id: str, queue: str) -> str:
-    """How the database picks the next todo (to show the partial index is what it walks)."""
-    pick = (
-        "SELECT id FROM todos WHERE endpoint_id = :e AND state = 'pending' AND queue = :q "
-        "ORDER BY created_at LIMIT 1"
-    )
+async def claim_plan(db: Database, endpoint: Endpoint) -> str:
+    """The plan of the statement ``claim_next`` really runs, with its real parameters.
+
+    One (untimed) ``claim_next`` is made with a listener catching its ``UPDATE todos``; that
+    statement is then EXPLAINed (never executed) and the claimed todo completed.
+    """
+    caught: list[tuple[str, Any]] = []
+
+    def grab(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith("UPDATE TODOS") and not caught:
+            caught.append((statement, parameters))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", grab)
+    try:
+        todo = await todos.claim_next(db, endpoint)
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", grab)
+    if todo is not None:
+        await todos.complete(db, endpoint, todo["id"])
+    if not caught:
+        return "(claim_next ran no UPDATE todos)"
+    statement, parameters = caught[0]
     async with db.read() as s:
+        conn = await s.connection()
         if db.is_sqlite:
-            rows = await s.execute(text("EXPLAIN QUERY PLAN " + pick), {"e": endpoint_id, "q": queue})
+            rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)).all()
             return "; ".join(str(r[-1]) for r in rows)
-        rows = await s.execute(text("EXPLAIN " + pick), {"e": endpoint_id, "q": queue})
-        return "; ".join(str(r[0]).strip() for r in rows)
+        raw = await conn.get_raw_connection()
+        lines = await raw.driver_connection.fetch("EXPLAIN " + statement, *parameters)
+        return "; ".join(str(r[0]).strip() for r in lines)
+
+
+_SCAN = re.compile(
+    r"Index (?:Only )?Scan using (\S+)|Bitmap Index Scan on (\S+)|USING (?:COVERING )?INDEX (\S+)"
+    r"|(Seq Scan)|(SCAN todos)"
+)
+
+
+def index_walked(plan: str) -> str:
+    """The index the pick (the subquery: PostgreSQL's InitPlan, SQLite's SCALAR SUBQUERY) walks."""
+    parts = [p.strip() for p in plan.split(";")]
+    for i, part in enumerate(parts):
+        if "InitPlan" in part or "SUBQUERY" in part:
+            for later in parts[i + 1 :]:
+                found = _SCAN.search(later)
+                if found:
+                    return next(g for g in found.groups() if g)
+    return "?"
 
 
 async def measure(
-    engine: str, sizes: list[int], claims: int, build_seconds: float, history: int, report: Report
+    engine: str,
+    sizes: list[int],
+    claims: int,
+    build_seconds: float,
+    history: int,
+    analyze_after: bool,
+    report: Report,
 ) -> None:
     heading(f"claim_next latency vs backlog on {engine}: sizes {sizes}, {history} done todos before them")
     async with private_database(engine) as bench_db:
@@ -85,11 +132,16 @@ async def measure(
                     took = await bulk_pending(db, endpoint.id, tenant.queue, grow, first=inserted)
                     inserted += grow
                     pending += grow
-                if not db.is_sqlite:
+                if analyze_after and not db.is_sqlite:
                     await analyze(db)
+                plan = await claim_plan(db, endpoint)
+                pending -= 1
                 latencies = Latencies()
                 claimed: list[str] = []
+                stop_at = time.monotonic() + CLAIM_SECONDS
                 for _ in range(claims):
+                    if time.monotonic() > stop_at:
+                        break
                     started = time.perf_counter()
                     todo = await todos.claim_next(db, endpoint)
                     latencies.add(time.perf_counter() - started)
@@ -106,7 +158,9 @@ async def measure(
                     build_seconds=round(took, 1),
                     rows_per_second=round(grow / took) if took > 0 else None,
                     **{f"claim_{k}": v for k, v in latencies.summary().items()},
-                    plan=await plan_of(db, endpoint.id, tenant.queue),
+                    analyzed=analyze_after or db.is_sqlite,
+                    pick_index=index_walked(plan),
+                    plan=plan,
                 )
                 if took > build_seconds:
                     print(f"  (stopping: this step took {took:.0f}s > --build-seconds {build_seconds:.0f})")
@@ -121,6 +175,11 @@ async def main() -> None:
     p.add_argument("--claims", type=int, default=300, help="timed claim_next calls per size")
     p.add_argument("--history", type=int, default=0, help="done todos older than the backlog")
     p.add_argument(
+        "--no-analyze",
+        action="store_true",
+        help="PostgreSQL: measure with the statistics autovacuum left, not a fresh ANALYZE",
+    )
+    p.add_argument(
         "--build-seconds", type=float, default=300.0, help="stop growing after a slower build step"
     )
     args = p.parse_args()
@@ -129,7 +188,9 @@ async def main() -> None:
     print(machine())
     report = Report("claim_backlog", args.json_path)
     for engine in engines_of(args.db):
-        await measure(engine, args.sizes, args.claims, args.build_seconds, args.history, report)
+        await measure(
+            engine, args.sizes, args.claims, args.build_seconds, args.history, not args.no_analyze, report
+        )
 
 
 if __name__ == "__main__":
