@@ -9,6 +9,7 @@ never from an argument (arguments end up in shell history and ``ps``).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -117,8 +118,23 @@ def _do(fn: Callable[[Services], Awaitable[T]], *, warn_plaintext: bool = False)
 
     async def go() -> T:
         async with _open(settings, warn_plaintext=warn_plaintext) as services:
-            return await fn(services)
+            try:
+                return await fn(services)
+            except (SwitchboardError, DBAPIError, OSError):
+                raise  # `run` turns these into their one-line errors
+            except Exception as exc:
+                # A bug, not the operator's mistake: still one line (the type only, since a message
+                # could quote a secret), with the traceback in the log at DEBUG.
+                logging.getLogger("switchboard.cli").debug("unexpected error", exc_info=True)
+                raise SwitchboardError(
+                    "internal", f"unexpected {type(exc).__name__}; rerun with SWITCHBOARD_LOG_LEVEL=DEBUG"
+                ) from None
 
+    if settings.log_level == "DEBUG":
+        # Our own loggers only: the driver's would print SQL.
+        own = logging.getLogger("switchboard")
+        own.addHandler(logging.StreamHandler())
+        own.setLevel(logging.DEBUG)
     return run(go())
 
 

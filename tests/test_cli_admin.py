@@ -14,9 +14,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
@@ -26,14 +26,17 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from switchboard import tenancy, todos
 from switchboard.cli import main
-from switchboard.ids import token_hash
-from switchboard.models import Base
+from switchboard.db import Database, utcnow
+from switchboard.ids import new_id, token_hash
+from switchboard.models import Base, Reply
 
 BASE_URL = "https://switchboard.example.test"
 # A fixed key for these runs only (the same shape `switchboard keygen` prints).
 TEST_ENCRYPTION_KEY = base64.b64encode(bytes(range(100, 132))).decode()
 Cli = Callable[..., Result]
+T = TypeVar("T")
 
 
 def _env(database_url: str, *, key: bool = True) -> dict[str, str]:
@@ -100,6 +103,17 @@ def dump_database(database_url: str) -> str:
         finally:
             await engine.dispose()
         return "\n".join(parts)
+
+    return asyncio.run(go())
+
+
+def in_db(database_url: str, fn: Callable[[Database], Awaitable[T]]) -> T:
+    async def go() -> T:
+        db = Database(database_url)
+        try:
+            return await fn(db)
+        finally:
+            await db.dispose()
 
     return asyncio.run(go())
 
@@ -613,6 +627,51 @@ def test_todo_push_list_show(cli: Cli, database_url: str) -> None:
     assert count(database_url, "todos") == 2
 
 
+def test_todo_show_lists_attempts_and_replies(cli: Cli, database_url: str) -> None:
+    setup_alice(cli)
+    todo_id = ok(cli("todo", "push", "--endpoint", "alice-bot", "--title", "Fix", "--json"))["todo"]["id"]
+
+    async def work(db: Database) -> None:
+        endpoint = await tenancy.get_endpoint(db, "alice-bot")
+        await todos.claim(db, endpoint, todo_id)
+        await todos.fail(db, endpoint, todo_id, error="flaky", summary="first try")
+        now = utcnow()
+        async with db.write() as s:
+            s.add(
+                Reply(
+                    id=new_id("rp"),
+                    todo_id=todo_id,
+                    endpoint_id=endpoint.id,
+                    idempotency_key="k",
+                    state="failed",
+                    connection_id=None,
+                    connection_name="gh",
+                    connection_fingerprint="fp_1",
+                    owner_scope=endpoint.owner_human_id or "",
+                    address_kind="forge_comment",
+                    display="github github.com/acme/api#7",
+                    thread_key="github.com/acme/api#7",
+                    text_hash="0" * 64,
+                    error_class="auth",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+
+    in_db(database_url, work)
+    shown = ok(cli("todo", "show", todo_id, "--json"))["todo"]
+    (attempt,) = shown["attempts"]
+    assert attempt["endpoint"] == "alice-bot" and attempt["outcome"] == "failed"
+    (reply,) = shown["replies"]
+    assert reply["state"] == "failed" and reply["error_class"] == "auth"
+    text_out = cli("todo", "show", todo_id)
+    assert text_out.exit_code == 0, text_out.stderr
+    assert "attempt 1: alice-bot" in text_out.stdout and "(first try)" in text_out.stdout
+    assert "failed github github.com/acme/api#7" in text_out.stdout
+    listed = ok(cli("todo", "list", "--state", "failed", "--json"))["todos"]
+    assert listed[0]["replies"]["count"] == 1 and listed[0]["replies"]["last_state"] == "failed"
+
+
 # ---------------------------------------------------------------------------------------------
 # The database itself
 
@@ -667,3 +726,14 @@ def test_real_subprocess_on_the_configured_database(database_url: str) -> None:
     listed = run("human", "list", "--json")
     assert json.loads(listed.stdout)["humans"][0]["handle"] == "zoe"
     assert token not in listed.stdout + listed.stderr
+
+
+def test_an_unexpected_failure_is_still_one_line_without_its_message(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(db: Database) -> list[Any]:
+        raise RuntimeError("sbo_would-be-secret in a message")
+
+    monkeypatch.setattr(tenancy, "list_humans", broken)
+    line = err(cli("human", "list"), "internal")
+    assert "RuntimeError" in line and "sbo_" not in line
