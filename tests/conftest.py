@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from switchboard import db as db_mod
 from switchboard import plugins
 from switchboard.app import Services, make_app
+from switchboard.logs import RedactingAccessLogger
 from switchboard.models import Base
 from switchboard.settings import Settings
 from switchboard.vault import Vault
@@ -138,7 +139,8 @@ async def server(services: Services) -> AsyncIterator[TestServer]:
     """The whole app on a real 127.0.0.1 port; ``str(server.make_url("/"))`` is its base URL."""
     app = make_app(services)
     test_server = TestServer(app, host="127.0.0.1")
-    await test_server.start_server()
+    # The same access log as `serve`: ingest tokens shortened, so tests can grep logs for them.
+    await test_server.start_server(access_log_class=RedactingAccessLogger)
     yield test_server
     await test_server.close()
 
