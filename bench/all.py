@@ -26,6 +26,10 @@ FULL: list[tuple[str, list[str]]] = [
     ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "30", "--mcp"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     ("backlog", ["--db", "sqlite", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
+    (
+        "backlog",
+        ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300", "--no-analyze"],
+    ),
     ("doorbell", ["--db", "both", "--deliveries", "200"]),
     ("reply", ["--db", "both", "--replies", "200"]),
 ]
@@ -130,15 +134,17 @@ def render(rows: list[dict[str, Any]]) -> str:
         out.append("\n### `claim_next` latency vs pending backlog\n")
         out.append(
             table(
-                ["engine", "pending", "p50 ms", "p99 ms", "build s", "pick uses ix_todos_claimable"],
+                ["engine", "statistics", "pending", "claims", "p50 ms", "p99 ms", "build s", "pick walks"],
                 [
                     [
                         ENGINE_LABEL[r["engine"]],
+                        "-" if r["engine"] == "sqlite" else ("ANALYZE" if r.get("analyzed") else "stale"),
                         r["backlog"],
+                        r.get("claim_n"),
                         r.get("claim_p50_ms"),
                         r.get("claim_p99_ms"),
                         r["build_seconds"],
-                        "yes" if "ix_todos_claimable" in r.get("plan", "") else "no",
+                        r.get("pick_index", "?"),
                     ]
                     for r in backlog
                 ],
