@@ -712,3 +712,83 @@ async def test_todo_show_lists_attempts_and_replies_never_the_text(alice: Api, s
         "last_state": "sent",
         "last_permalink": "https://github.com/acme/api/issues/7#issuecomment-123",
     }
+
+
+WRONG_VALUES: list[Any] = [
+    None,
+    0,
+    -1,
+    2**70,
+    1.5,
+    True,
+    "",
+    " ",
+    "x" * 5000,
+    "ünï/../\u202e",
+    [],
+    ["a", 1],
+    {},
+    {"a": [1]},
+    {"a": "\u0000", "\u0000": 1},
+    "\u0000",
+]
+PLAUSIBLE = {
+    "slug": "fz",
+    "name": "fz",
+    "endpoint": "alice-bot",
+    "source": "github",
+    "secret": "s3cret",
+    "kind": "github",
+    "account_key": "github.com",
+    "title": "t",
+    "role": "member",
+}
+
+
+async def test_every_field_of_every_route_survives_wrong_values(alice: Api, bob: Api) -> None:
+    """Each body field of each route, given each kind of wrong value: a 4xx or a success, never a
+    500, never a non-JSON answer (``Api.call`` checks both)."""
+    await alice.ok("POST", "/teams", {"slug": "ops"}, 201)
+    await alice.ok("PUT", "/teams/ops/members/bob", {})
+    await alice.ok("POST", "/endpoints", {"name": "Alice Bot"}, 201)
+    webhook = (await alice.ok("POST", "/webhooks", {"endpoint": "alice-bot", "source": "slack"}, 201))[
+        "webhook"
+    ]
+    conn = (
+        await alice.ok(
+            "POST",
+            "/connections",
+            {"kind": "github", "name": "gh", "account_key": "github.com", "secret": "ghp_1"},
+            201,
+        )
+    )["connection"]
+    todo = (await alice.ok("POST", "/todos", {"endpoint": "alice-bot", "title": "t"}, 201))["todo"]
+    ids = {"webhooks": webhook["id"], "connections": conn["id"], "todos": todo["id"]}
+
+    def fill(path: str) -> str:
+        section = path.split("/")[1]
+        return (
+            path.replace("{slug}", "ops" if section == "teams" else "alice-bot")
+            .replace("{handle}", "bob")
+            .replace("{endpoint}", "alice-bot")
+            .replace("{id}", ids.get(section, "x"))
+        )
+
+    statuses: set[int] = set()
+    for op in OPERATIONS:
+        if not op.body:
+            continue
+        required = {p.name: PLAUSIBLE[p.name] for p in op.body if p.required}
+        for param in op.body:
+            for value in WRONG_VALUES:
+                status, _ = await alice.call(op.method, fill(op.path), {**required, param.name: value})
+                statuses.add(status)
+        # The same wrong values at the top level of the body.
+        for value in WRONG_VALUES:
+            if not isinstance(value, dict):
+                status, payload = await alice.call(op.method, fill(op.path), raw=json.dumps(value).encode())
+                assert status == 400 and payload["error"] in ("invalid_body", "invalid_argument"), payload
+        # And a member who may read but not change: refused before anything is written.
+        status, _ = await bob.call(op.method, fill(op.path), {**required})
+        statuses.add(status)
+    assert statuses <= {200, 201, 400, 403, 404, 409}, statuses
