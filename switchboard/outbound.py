@@ -41,7 +41,12 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# RFC 8215's local-use NAT64 prefix: where the IPv4 address sits depends on the site's prefix
+# length, so it cannot be unwrapped reliably; it is never a public destination either.
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+# Deprecated IPv4-compatible addresses (::a.b.c.d); Python calls ::127.0.0.1 global.
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 MAX_RESPONSE_BYTES = 1024 * 1024
 CONNECT_TIMEOUT = 5.0
 TOTAL_TIMEOUT = 15.0
@@ -74,7 +79,7 @@ def _forms(ip: IPAddress) -> list[IPAddress]:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             forms.append(ip.ipv4_mapped)
-        if ip in NAT64:
+        if ip in NAT64 or ip in IPV4_COMPATIBLE:
             forms.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
         if ip.sixtofour is not None:
             forms.append(ip.sixtofour)
@@ -90,6 +95,8 @@ def address_allowed(address: str, allow: Iterable[IPNetwork] = ()) -> bool:
         return False
     forms = _forms(ip)
     allow = list(allow)
+    if ip.version == 6 and ip in NAT64_LOCAL:
+        return any(ip in net for net in allow if net.version == 6)
     if any(form in net for form in forms for net in allow if form.version == net.version):
         return True
     # is_global alone lets multicast through (224/4 counts as global in Python 3.11).

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from switchboard import outbound
 from switchboard.outbound import Outbound, OutboundRefused, OutboundUncertain, address_allowed
@@ -39,6 +41,10 @@ REFUSED = [
     "64:ff9b::a9fe:a9fe",
     "2002:7f00:1::1",
     "2002:a9fe:a9fe::1",
+    "::127.0.0.1",
+    "::a9fe:a9fe",
+    "64:ff9b:1::7f00:1",
+    "64:ff9b:1::808:808",
     "not-an-ip",
 ]
 
@@ -264,3 +270,18 @@ def test_account_key_normalisation() -> None:
     for bad in ("http://github.com", "git hub.com", "github.com/evil"):
         with pytest.raises(ValueError):
             outbound.normalize_host(bad)
+
+
+@given(st.ip_addresses(v=4))
+def test_every_ipv6_spelling_of_an_ipv4_address_gets_its_verdict(v4: ipaddress.IPv4Address) -> None:
+    verdict = address_allowed(str(v4))
+    n = int(v4)
+    spellings = [
+        ipaddress.IPv6Address((0xFFFF << 32) | n),  # IPv4-mapped
+        ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b::")) | n),  # NAT64
+        ipaddress.IPv6Address((0x2002 << 112) | (n << 80) | 1),  # 6to4
+    ]
+    if n > 1:  # ::0 and ::1 are the unspecified and loopback addresses themselves
+        spellings.append(ipaddress.IPv6Address(n))  # IPv4-compatible
+    for v6 in spellings:
+        assert address_allowed(str(v6)) == verdict, v6
