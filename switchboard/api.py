@@ -1407,6 +1407,7 @@ _ERROR_TEXT = {
     403: "Visible but not yours to change (`forbidden`).",
     404: "No such thing in the caller's scopes (`not_found`).",
     409: "`conflict` (duplicate, or a team's last owner) or `encryption_required`.",
+    503: "The database cannot be reached (`unavailable`); retry.",
 }
 
 
@@ -1436,7 +1437,7 @@ def openapi_document() -> dict[str, Any]:
                     "description": "OK" if op.status == 200 else "Created",
                     "content": {"application/json": {"schema": _ref(op.response)}},
                 },
-                **{str(code): {"description": _ERROR_TEXT[code], **error} for code in op.errors},
+                **{str(code): {"description": _ERROR_TEXT[code], **error} for code in (*op.errors, 503)},
             },
         }
         if parameters:
