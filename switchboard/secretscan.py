@@ -89,13 +89,26 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule("anthropic-api-key", "Anthropic API key", _L + r"sk-ant-api03-[A-Za-z0-9_-]{93}AA" + _R),
     _rule("anthropic-admin-api-key", "Anthropic admin key", _L + r"sk-ant-admin01-[A-Za-z0-9_-]{93}AA" + _R),
-    _rule(
-        "private-key",
-        "PEM private key block",
-        r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]{64,}?-----END[ A-Z0-9_-]{0,100}"
-        r"PRIVATE KEY(?: BLOCK)?-----",
-    ),
+    # Matched by _pem_blocks below: as one regex, a lazy body between BEGIN and END backtracks
+    # quadratically over text full of unterminated headers.
+    _rule("private-key", "PEM private key block", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"),
 )
+
+_PEM_END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_MIN_BODY = 64
+
+
+def _pem_blocks(rule: Rule, text: str) -> bool:
+    """A BEGIN header, a body of at least 64 characters, an END footer; one forward pass."""
+    pos = 0
+    while (begin := rule.pattern.search(text, pos)) is not None:
+        end = _PEM_END.search(text, begin.end())
+        if end is None:
+            return False  # no footer anywhere after this header, so none after any later one
+        if end.start() - begin.end() >= _PEM_MIN_BODY:
+            return True
+        pos = end.end()
+    return False
 
 
 def shannon_entropy(text: str) -> float:
@@ -108,6 +121,10 @@ def shannon_entropy(text: str) -> float:
 def scan(text: str) -> Rule | None:
     """The first rule ``text`` matches, or None. Never returns or logs the match itself."""
     for rule in RULES:
+        if rule.id == "private-key":
+            if _pem_blocks(rule, text):
+                return rule
+            continue
         for match in rule.pattern.finditer(text):
             if shannon_entropy(match.group(rule.group)) >= rule.min_entropy:
                 return rule

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import random
 import string
+import time
 
 import pytest
 
@@ -128,3 +129,25 @@ def test_entropy() -> None:
     assert secretscan.shannon_entropy("") == 0.0
     assert secretscan.shannon_entropy("aaaa") == 0.0
     assert secretscan.shannon_entropy("abcd") == 2.0
+
+
+def test_a_key_after_a_too_short_block_is_still_found() -> None:
+    short = "-----BEGIN PRIVATE " + "KEY-----\nabc\n-----END PRIVATE " + "KEY-----"
+    found = secretscan.scan(short + "\n" + TRUE_POSITIVES["private-key"][0])
+    assert found is not None and found.id == "private-key"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "-----BEGIN PRIVATE " + "KEY-----" * 600,
+        ("-----BEGIN RSA PRIVATE " + "KEY-----\n-----END RSA PRIVATE " + "KEY-----\n") * 300,
+        "gh" + "p_" * 8000,
+        "xo" + "xb-1234567890-" * 1100,
+    ],
+)
+def test_hostile_16_kib_texts_are_scanned_quickly(hostile: str) -> None:
+    """No rule backtracks badly: the scan runs inside the reply transaction."""
+    started = time.perf_counter()
+    secretscan.scan(hostile[: 16 * 1024])
+    assert time.perf_counter() - started < 0.25
