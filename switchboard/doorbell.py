@@ -160,12 +160,23 @@ class Doorbell:
     # -- ringing -----------------------------------------------------------------------------
 
     async def todos_available(self, todo_ids: list[str]) -> None:
-        """A ``todo_listeners`` subscriber: ring here at once, and tell the other processes."""
-        if not todo_ids:
-            return
-        await self.ring_ids(todo_ids)
+        """A ``todo_listeners`` subscriber. Ringing runs in the background, so the request that
+        created the todos (an ingest acknowledgement) never waits on it."""
+        if todo_ids:
+            self._spawn(self._announce(list(todo_ids)))
+
+    async def _announce(self, todo_ids: list[str]) -> None:
+        """Ring here at once, and tell the other processes (PostgreSQL)."""
+        try:
+            await self.ring_ids(todo_ids)
+        except Exception:
+            log.exception("ringing new todos failed")
         if not self.services.db.is_sqlite:
-            await self._publish(todo_ids)
+            try:
+                await self._publish(todo_ids)
+            except Exception:
+                # Their sweep still finds the todos due within a few seconds.
+                log.exception("publishing new todos to other processes failed")
 
     async def ring_ids(self, todo_ids: Iterable[str]) -> int:
         listening = self._listening()
