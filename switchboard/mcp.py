@@ -658,9 +658,12 @@ class McpService:
             return _jsonrpc_error(400, "Bad Request: Missing session ID")
         async with self._lock:
             sessions = list(self.bell.sessions.values())
-            if len(sessions) >= MAX_SESSIONS or (
-                sum(1 for s in sessions if s.endpoint_id == endpoint.id) >= MAX_SESSIONS_PER_ENDPOINT
-            ):
+            own = sorted((s for s in sessions if s.endpoint_id == endpoint.id), key=lambda s: s.created)
+            if len(own) >= MAX_SESSIONS_PER_ENDPOINT:
+                # An agent that keeps reconnecting without closing its sessions must not lock
+                # itself out: its oldest session makes room.
+                await self.discard(own[0])
+            elif len(sessions) >= MAX_SESSIONS:
                 return _jsonrpc_error(503, "Too many open sessions", -32603)
             session_id = uuid4().hex
             session = doorbell.LiveSession(

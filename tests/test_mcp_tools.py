@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from sqlalchemy import select
 
-from switchboard import tenancy
+from switchboard import mcp, tenancy
 from switchboard.app import Services
 from switchboard.db import Database
 from switchboard.models import Todo
@@ -383,3 +383,25 @@ async def test_no_secret_or_lease_token_reaches_a_log_line_even_at_debug(
     assert any(r.levelno == logging.DEBUG for r in debug_logs.records)  # logging really was at DEBUG
     for value in (secret, lease_token, token):
         assert value not in debug_logs.text
+
+
+async def test_an_endpoint_over_its_session_limit_loses_its_oldest_session(
+    db: Database, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp, "MAX_SESSIONS_PER_ENDPOINT", 2)
+    _, token = await vend(db)
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+    list_tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with aiohttp.ClientSession() as http:
+        ids = []
+        for _ in range(3):
+            async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
+                assert resp.status == 200
+                ids.append(resp.headers["Mcp-Session-Id"])
+        statuses = []
+        for session_id in ids:
+            async with http.post(
+                f"{base_url}/mcp", json=list_tools, headers={**headers, "Mcp-Session-Id": session_id}
+            ) as resp:
+                statuses.append(resp.status)
+        assert statuses[0] == 404 and statuses[1:] == [200, 200]
