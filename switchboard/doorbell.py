@@ -50,6 +50,7 @@ PG_CHANNEL = "switchboard_todos"
 # NOTIFY payloads must stay under 8000 bytes.
 PG_PAYLOAD_LIMIT = 7000
 SWEEP_INTERVAL = 2.0
+SEND_TIMEOUT = 2.0
 # The transport registers a freshly opened GET stream a moment after answering it.
 STREAM_SETTLE_SECONDS = 0.1
 
@@ -283,7 +284,13 @@ class Doorbell:
         self._turn[todo.endpoint_id] = turn + 1
         session = sessions[turn % len(sessions)]
         assert session.connection is not None
-        await session.connection.notify(CHANNEL_METHOD, ring_params(todo))
+        try:
+            # A client that stopped reading its stream must not stall the rings of everyone else.
+            await asyncio.wait_for(session.connection.notify(CHANNEL_METHOD, ring_params(todo)), SEND_TIMEOUT)
+        except TimeoutError:
+            log.warning("doorbell for session %s timed out; the todo stays on the queue", session.id[:8])
+            self.services.metrics.inc("switchboard_doorbells_total", outcome="timeout")
+            return 0
         metrics = self.services.metrics
         metrics.inc("switchboard_doorbells_total", outcome="rung" if count == 1 else "rerung")
         if count == 1:
