@@ -9,7 +9,7 @@ from datetime import timedelta
 import aiohttp
 from sqlalchemy import update
 
-from switchboard import doorbell
+from switchboard import doorbell, todos
 from switchboard.app import Services
 from switchboard.db import Database, utcnow
 from switchboard.models import Endpoint, Todo
@@ -234,3 +234,15 @@ async def test_a_second_stream_is_refused_and_does_not_silence_the_first(
         todo = await add_todo(db, ep)
         await services.todos_created([todo.id])
         assert (await agent.listener.next_ring()).meta["todo_id"] == todo.id
+
+
+async def test_a_todo_made_elsewhere_without_a_notice_is_still_rung(
+    db: Database, services: Services, base_url: str
+) -> None:
+    """E.g. ``switchboard todo push`` from the CLI, another process: the sweep finds it due."""
+    ep, token = await vend(db)
+    async with connect(base_url, token, ep) as agent:
+        await listening(services, ep)
+        pushed = await todos.push(db, endpoint_slug=ep.slug, title="from the CLI")
+        ring = await agent.listener.next_ring(timeout=doorbell.SWEEP_INTERVAL + 2)
+        assert ring.meta["todo_id"] == pushed.id
