@@ -12,11 +12,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from sqlalchemy import text
 
 from switchboard import tenancy
 from switchboard.api import OPERATIONS, PREFIX
 from switchboard.app import Services
 from switchboard.db import Database
+from switchboard.models import Base
 
 
 class Api:
@@ -60,6 +62,18 @@ class Api:
         _, payload = await self.call(method, path, body, expect=status)
         assert payload["error"] == code, payload
         return str(payload["message"])
+
+
+async def raw_database(services: Services) -> str:
+    """Every stored value, to prove a secret is kept only hashed or encrypted."""
+    parts: list[str] = []
+    async with services.db.read() as s:
+        for table in Base.metadata.sorted_tables:
+            for row in await s.execute(text(f'SELECT * FROM "{table.name}"')):
+                parts += [
+                    bytes(v).decode("latin-1") if isinstance(v, bytes | memoryview) else str(v) for v in row
+                ]
+    return "\n".join(parts)
 
 
 @pytest.fixture
@@ -169,6 +183,7 @@ async def test_vend_shows_the_token_once_with_opt_in_families(
 ) -> None:
     vended = await alice.ok("POST", "/endpoints", {"name": "Alice Bot"}, 201)
     token = vended["token"]
+    assert token not in await raw_database(services) and alice.token not in await raw_database(services)
     assert token.startswith("sbk_") and vended["mcp_url"].endswith("/mcp")
     assert vended["endpoint"]["families"] == ["basics"] and "warning" not in vended
     assert (await tenancy.endpoint_by_token(services.db, token)).slug == "alice-bot"
@@ -231,7 +246,7 @@ async def test_team_endpoints_members_read_admins_manage(alice: Api, bob: Api) -
 
 
 async def test_webhooks_secrets_once_and_scope_isolation(
-    alice: Api, bob: Api, seen: list[str], caplog: pytest.LogCaptureFixture
+    alice: Api, bob: Api, seen: list[str], caplog: pytest.LogCaptureFixture, services: Services
 ) -> None:
     caplog.set_level(logging.DEBUG)
     await alice.ok("POST", "/endpoints", {"name": "Alice Bot", "queues": ["triage"]}, 201)
@@ -262,9 +277,9 @@ async def test_webhooks_secrets_once_and_scope_isolation(
     assert len(listed["webhooks"]) == 2
     await alice.ok("GET", f"/webhooks/{webhook_id}")
     await alice.ok("GET", "/webhooks?endpoint=alice-bot")
-    for text in seen[before:]:
+    for body in seen[before:]:
         for secret in (first, rotated["secret"], slack_secret, ingest_token):
-            assert secret not in text
+            assert secret not in body
 
     # Bob cannot see, rotate, re-secret, route or delete Alice's webhook; her endpoint is 404 to him.
     assert (await bob.ok("GET", "/webhooks")) == {"webhooks": []}
@@ -294,8 +309,10 @@ async def test_webhooks_secrets_once_and_scope_isolation(
     )
     await alice.ok("DELETE", f"/webhooks/{webhook_id}")
     await alice.error("GET", f"/webhooks/{webhook_id}", status=404, code="not_found")
+    stored = await raw_database(services)
     for secret in (first, rotated["secret"], slack_secret, ingest_token):
         assert secret not in caplog.text
+        assert secret not in stored
 
 
 async def test_routes_across_scopes_need_both_administered(alice: Api, bob: Api) -> None:
@@ -473,7 +490,7 @@ async def test_connections_write_only_and_scoped(
     await alice.ok("DELETE", f"/connections/{conn_id}")
     await alice.error("GET", f"/connections/{conn_id}", status=404, code="not_found")
 
-    everything = "\n".join(seen) + caplog.text
+    everything = "\n".join(seen) + caplog.text + await raw_database(services)
     for secret in (bad, GOOD_TOKEN, "ghp_teamsecret22222222222222222222222222"):
         assert secret not in everything
 

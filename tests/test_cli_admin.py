@@ -727,6 +727,34 @@ def test_real_subprocess_on_the_configured_database(database_url: str) -> None:
     assert json.loads(listed.stdout)["humans"][0]["handle"] == "zoe"
     assert token not in listed.stdout + listed.stderr
 
+    # Secrets through a real pipe: stdin is not a terminal, so nothing prompts.
+    slack = run("webhook", "create", "--endpoint", "zoe-bot", "--source", "slack", "--json")
+    webhook_id = json.loads(slack.stdout)["webhook"]["id"]
+    provider_secret = "d41d8cd98f00b204e9800998ecf8427e"
+    piped = run("webhook", "set-secret", webhook_id, "--json", input=provider_secret)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["webhook"]["secret_state"] == "set"
+    credential = "ghp_subprocess000000000000000000000000000"
+    added = run(
+        "connection",
+        "add",
+        "--owner",
+        "zoe",
+        "--kind",
+        "github",
+        "--name",
+        "gh",
+        "--account-key",
+        "github.com",
+        "--json",
+        input=credential + "\n",
+    )
+    assert added.returncode == 0, added.stderr
+    raw = dump_database(database_url)
+    for value in (token, data["token"], provider_secret, credential):
+        assert value not in raw
+        assert value not in added.stdout + piped.stdout + listed.stdout
+
 
 def test_an_unexpected_failure_is_still_one_line_without_its_message(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
