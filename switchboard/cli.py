@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -34,16 +35,32 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def printable(text: str, *, keep_newlines: bool = True) -> str:
+    """Text safe for a terminal: sender-controlled strings (todo titles, provider details) may hold
+    escape sequences or bidi overrides, so control and format characters are shown escaped."""
+    out = []
+    for ch in text:
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) > 0xFF else f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def emit(as_json: bool, data: dict[str, Any], text: str | Callable[[], str]) -> None:
-    """Print ``data`` as one JSON object, or ``text`` for people."""
+    """Print ``data`` as one JSON object (which escapes control characters itself), or ``text`` for
+    people, neutralised for the terminal."""
     if as_json:
         click.echo(json.dumps(data, default=_default, sort_keys=False))
     else:
-        click.echo(text() if callable(text) else text)
+        click.echo(printable(text() if callable(text) else text))
 
 
 def fail(message: str, code: int = 1) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr, whatever the message holds."""
+    click.echo(f"error: {printable(message, keep_newlines=False)}", err=True)
     sys.exit(code)
 
 

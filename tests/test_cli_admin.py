@@ -765,3 +765,15 @@ def test_an_unexpected_failure_is_still_one_line_without_its_message(
     monkeypatch.setattr(tenancy, "list_humans", broken)
     line = err(cli("human", "list"), "internal")
     assert "RuntimeError" in line and "sbo_" not in line
+
+
+def test_text_output_neutralises_terminal_escapes_from_payload_text(cli: Cli) -> None:
+    setup_alice(cli)
+    hostile = "Fix \x1b]0;owned\x07 now \x1b[2J \u202edesrever"
+    todo_id = ok(cli("todo", "push", "--endpoint", "alice-bot", "--title", hostile, "--json"))["todo"]["id"]
+    for result in (cli("todo", "list"), cli("todo", "show", todo_id)):
+        assert result.exit_code == 0
+        assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\u202e" not in result.stdout
+        assert "\\x1b]0;owned\\x07" in result.stdout
+    # JSON output keeps the exact title (JSON escapes control characters itself).
+    assert ok(cli("todo", "show", todo_id, "--json"))["todo"]["title"] == hostile
