@@ -507,7 +507,7 @@ async def _asgi(
                 if not message.get("more_body", False):
                     await response.write_eof()
                     done.set()
-        except (ConnectionResetError, ConnectionError):
+        except ConnectionError:
             # The client left mid-response: stop writing; receive() now reports the disconnect.
             done.set()
 
