@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from sqlalchemy import select
 
-from switchboard import mcp, tenancy
+from switchboard import doorbell, mcp, tenancy
 from switchboard.app import Services
 from switchboard.db import Database
 from switchboard.models import Todo
@@ -405,3 +405,29 @@ async def test_an_endpoint_over_its_session_limit_loses_its_oldest_session(
             ) as resp:
                 statuses.append(resp.status)
         assert statuses[0] == 404 and statuses[1:] == [200, 200]
+
+
+async def test_malformed_requests_get_a_4xx_and_leave_no_session(
+    db: Database, services: Services, base_url: str
+) -> None:
+    _, token = await vend(db)
+    auth = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http:
+        cases = [
+            ("POST", {**MCP_HEADERS, **auth}, b"{not json"),
+            ("POST", {**MCP_HEADERS, **auth}, b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'),
+            (
+                "POST",
+                {**auth, "Accept": "application/json, text/event-stream", "Content-Type": "text/plain"},
+                b"{}",
+            ),
+            ("POST", {**MCP_HEADERS, **auth}, b"[]"),
+            ("GET", {**auth, "Accept": "text/event-stream"}, b""),
+            ("DELETE", {**auth, "Mcp-Session-Id": "0" * 32}, b""),
+            ("POST", {**MCP_HEADERS, **auth, "Mcp-Protocol-Version": "2099-01-01"}, b"{}"),
+            ("POST", {**MCP_HEADERS, **auth}, b"x" * (4 * 1024 * 1024 + 10)),
+        ]
+        for method, headers, body in cases:
+            async with http.request(method, f"{base_url}/mcp", headers=headers, data=body) as resp:
+                assert 400 <= resp.status < 500, (method, headers, body[:40], resp.status)
+    assert not doorbell.doorbell_of(services).sessions
