@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
 from switchboard import tenancy
@@ -19,6 +20,7 @@ from switchboard.api import OPERATIONS, PREFIX
 from switchboard.app import Services
 from switchboard.db import Database
 from switchboard.models import Base
+from tests.mcp_client import connect
 
 
 class Api:
@@ -822,3 +824,20 @@ async def test_database_down_is_503_json(alice: Api, services: Services) -> None
         await services.db.dispose()
         services.db = real
     assert (await alice.ok("GET", "/humans/me"))["human"]["handle"] == "alice"
+
+
+async def test_revoking_over_the_api_closes_live_mcp_sessions_at_once(
+    alice: Api, services: Services, base_url: str
+) -> None:
+    vended = await alice.ok("POST", "/endpoints", {"name": "Live Bot"}, 201)
+    await alice.ok("POST", "/todos", {"endpoint": "live-bot", "title": "t"}, 201)
+    endpoint = await tenancy.get_endpoint(services.db, "live-bot")
+    bell = services.extras["doorbell"]
+    async with connect(base_url, vended["token"], endpoint) as agent:
+        assert len((await agent.ok("list_todos"))["todos"]) == 1
+        assert any(s.endpoint_id == endpoint.id for s in bell.sessions.values())
+        await alice.ok("POST", "/endpoints/live-bot/revoke")
+        # No waiting for the periodic sweep: the API closed them before it answered.
+        assert not any(s.endpoint_id == endpoint.id for s in bell.sessions.values())
+        with pytest.raises(MCPError):
+            await agent.call("list_todos")
