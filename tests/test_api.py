@@ -841,3 +841,15 @@ async def test_revoking_over_the_api_closes_live_mcp_sessions_at_once(
         assert not any(s.endpoint_id == endpoint.id for s in bell.sessions.values())
         with pytest.raises(MCPError):
             await agent.call("list_todos")
+
+
+async def test_a_todo_pushed_over_the_api_rings_the_live_session(
+    alice: Api, services: Services, base_url: str
+) -> None:
+    vended = await alice.ok("POST", "/endpoints", {"name": "Live Bot"}, 201)
+    endpoint = await tenancy.get_endpoint(services.db, "live-bot")
+    async with connect(base_url, vended["token"], endpoint) as agent:
+        await agent.ok("list_todos")  # the session is up and its stream open
+        pushed = (await alice.ok("POST", "/todos", {"endpoint": "live-bot", "title": "Ring me"}, 201))["todo"]
+        ring = await agent.listener.next_ring(timeout=5)
+        assert ring.meta["todo_id"] == pushed["id"] and ring.meta["queue"] == "default"
