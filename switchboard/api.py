@@ -26,11 +26,12 @@ from aiohttp import web
 from sqlalchemy import or_, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from switchboard import tenancy, todos
+from switchboard import connections, tenancy, todos
 from switchboard.app import Services, services_of
 from switchboard.db import Database, DatabaseUnavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.models import Connection, Endpoint, Human, Membership, Team, Todo, Webhook
+from switchboard.reply import replies_of
 from switchboard.tenancy import Owner
 from switchboard.vault import EncryptionRequired, VaultError
 
@@ -99,8 +100,6 @@ async def operator_todos(
 async def operator_todo(services: Services, todo_id: str, *, scopes: list[Owner] | None) -> dict[str, Any]:
     """One todo as MCP ``get_todo`` shows it (payload, result, attempts, replies) plus its endpoint's
     slug and each attempt's endpoint slug; ``not_found`` outside ``scopes``."""
-    from switchboard.reply import replies_of
-
     async with services.db.read() as s:
         query = select(Todo, Endpoint.slug).join(Endpoint, Todo.endpoint_id == Endpoint.id)
         query = query.where(Todo.id == todo_id)
@@ -747,23 +746,17 @@ async def remove_route(req: Request) -> tuple[int, dict[str, Any]]:
 # Handlers: connections
 
 
-def _connections() -> Any:
-    from switchboard import connections
-
-    return connections
-
-
 async def list_connections(req: Request) -> tuple[int, dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for scope in _scopes_for_read(req):
-        for row in await _connections().list_connections(req.services, scope):
+        for row in await connections.list_connections(req.services, scope):
             rows.append(_connection_for(req.caller, scope, row))
     return 200, {"connections": rows}
 
 
 async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = _scope_for_write(req, req.body.get("team"), "connections")
-    row = await _connections().create_connection(
+    row = await connections.create_connection(
         req.services,
         owner,
         kind=req.body["kind"],
@@ -779,7 +772,7 @@ async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
 
 async def get_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = await _connection_scope(req, req.path["id"])
-    row = await _connections().get_connection(req.services, owner, req.path["id"])
+    row = await connections.get_connection(req.services, owner, req.path["id"])
     return 200, {"connection": _connection_for(req.caller, owner, row)}
 
 
@@ -790,28 +783,28 @@ async def patch_connection(req: Request) -> tuple[int, dict[str, Any]]:
     for key in ("name", "targets", "endpoints", "config"):
         if key in req.body:
             changes[key] = req.body[key]
-    row = await _connections().update_connection(req.services, owner, req.path["id"], **changes)
+    row = await connections.update_connection(req.services, owner, req.path["id"], **changes)
     return 200, {"connection": _connection_for(req.caller, owner, row)}
 
 
 async def rotate_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = await _connection_scope(req, req.path["id"])
     req.caller.require_manage(owner, f"connection {req.path['id']!r}")
-    row = await _connections().rotate_connection(req.services, owner, req.path["id"], req.body["secret"])
+    row = await connections.rotate_connection(req.services, owner, req.path["id"], req.body["secret"])
     return 200, {"connection": _connection_for(req.caller, owner, row)}
 
 
 async def delete_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = await _connection_scope(req, req.path["id"])
     req.caller.require_manage(owner, f"connection {req.path['id']!r}")
-    await _connections().delete_connection(req.services, owner, req.path["id"])
+    await connections.delete_connection(req.services, owner, req.path["id"])
     return 200, {"connection": req.path["id"], "deleted": True}
 
 
 async def test_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = await _connection_scope(req, req.path["id"])
     req.caller.require_manage(owner, f"connection {req.path['id']!r}")
-    result = await _connections().test_connection(req.services, owner, req.path["id"])
+    result = await connections.test_connection(req.services, owner, req.path["id"])
     return 200, {"connection": req.path["id"], "test": result}
 
 
