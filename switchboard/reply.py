@@ -41,7 +41,7 @@ from switchboard.models import Connection, Endpoint, Reply, ReplyBucket, Todo
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
 from switchboard.tenancy import Owner
-from switchboard.todos import rfc3339
+from switchboard.todos import reply_view
 
 log = logging.getLogger("switchboard.reply")
 
@@ -69,28 +69,6 @@ def _refuse(code: str, message: str, **extra: Any) -> SwitchboardError:
 def reply_key(todo_id: str, text: str) -> str:
     """The key of a call that brought none: the same text on the same todo is the same reply."""
     return hashlib.sha256(f"{todo_id}\0{text}".encode()).hexdigest()
-
-
-def reply_view(row: Reply) -> dict[str, Any]:
-    """A reply row as MCP ``get_todo``, the API and the board show it (never the text)."""
-    return {
-        "id": row.id,
-        "state": row.state,
-        "connection": {
-            "id": row.connection_id,
-            "name": row.connection_name,
-            "fingerprint": row.connection_fingerprint,
-        },
-        "address_kind": row.address_kind,
-        "display": row.display,
-        "text_hash": row.text_hash,
-        "provider_object_id": row.provider_object_id,
-        "permalink": row.permalink,
-        "error_class": row.error_class,
-        "error_code": row.error_code,
-        "created_at": rfc3339(row.created_at),
-        "updated_at": rfc3339(row.updated_at),
-    }
 
 
 def _outcome(row: Reply, *, duplicate: bool) -> dict[str, Any]:

@@ -372,15 +372,23 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
 
 
 def reply_view(reply: Reply) -> dict[str, Any]:
-    """A reply as listed on its todo: never the text (only its hash is kept), never a secret."""
+    """A reply row as MCP ``get_todo``, the API and the board list it: never the text (only its
+    hash is kept), never a secret (the connection's fingerprint snapshot at most)."""
     return {
         "id": reply.id,
         "state": reply.state,
+        "connection": {
+            "id": reply.connection_id,
+            "name": reply.connection_name,
+            "fingerprint": reply.connection_fingerprint,
+        },
         "address_kind": reply.address_kind,
         "display": reply.display,
-        "connection": reply.connection_name,
+        "text_hash": reply.text_hash,
+        "provider_object_id": reply.provider_object_id,
         "permalink": reply.permalink,
         "error_class": reply.error_class,
+        "error_code": reply.error_code,
         "created_at": rfc3339(reply.created_at),
         "updated_at": rfc3339(reply.updated_at),
     }
