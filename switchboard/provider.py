@@ -305,3 +305,40 @@ def origin_of(url: object, schemes: tuple[str, ...] = ("https", "http")) -> tupl
     netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
     host = valid_host(netloc)
     return (scheme, host) if host else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Forge helpers shared by GitHub-shaped providers (GitHub, Gitea/Forgejo, and any third-party forge
+# whose payloads carry ``repository`` and an issue or pull request, and ``comment`` objects).
+
+
+def forge_comment_address(
+    provider: str, repository: object, subject: object, schemes: tuple[str, ...] = ("https",)
+) -> Address | None:
+    """A ``forge_comment`` address from a repository object and its issue / pull request, or None
+    if any field fails its strict check (``host`` from ``repository.html_url``)."""
+    if not isinstance(repository, dict) or not isinstance(subject, dict):
+        return None
+    origin = origin_of(repository.get("html_url"), schemes=schemes)
+    repo = valid_repo(repository.get("full_name"))
+    number = valid_number(subject.get("number"))
+    if origin is None or repo is None or number is None:
+        return None
+    host = origin[1]
+    return Address(
+        kind="forge_comment",
+        provider=provider,
+        display=f"{provider} {host}/{repo}#{number}",
+        fields={"host": host, "repo": repo, "number": number},
+    )
+
+
+def comment_echo_clues(payload: object) -> EchoClues:
+    """Echo clues of a forge delivery: its ``comment`` id and any reply marker in its body."""
+    comment = payload.get("comment") if isinstance(payload, dict) else None
+    if not isinstance(comment, dict):
+        return EchoClues()
+    comment_id = comment.get("id")
+    # Comment ids outgrew 32 bits long ago: any positive JSON integer.
+    is_id = isinstance(comment_id, int) and not isinstance(comment_id, bool) and comment_id > 0
+    return EchoClues(object_ids=(str(comment_id),) if is_id else (), marker=find_marker(comment.get("body")))

@@ -26,11 +26,11 @@ from switchboard.provider import (
     ReplyPost,
     SourceKind,
     Verdict,
-    find_marker,
+    comment_echo_clues,
+    forge_comment_address,
     hmac_sha256_hex,
     json_object,
     one_line,
-    origin_of,
     reply_marker,
     same,
     valid_number,
@@ -133,39 +133,15 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
         return None
-    repository = payload.get("repository")
     subject = payload.get("pull_request") or payload.get("issue")
-    if not isinstance(repository, dict) or not isinstance(subject, dict):
-        return None
-    origin = origin_of(repository.get("html_url"), schemes=("https",))
-    repo = valid_repo(repository.get("full_name"))
-    number = valid_number(subject.get("number"))
-    if origin is None or repo is None or number is None:
-        return None
-    host = origin[1]
-    return Address(
-        kind="forge_comment",
-        provider=KIND,
-        display=f"{KIND} {host}/{repo}#{number}",
-        fields={"host": host, "repo": repo, "number": number},
-    )
+    return forge_comment_address(KIND, payload.get("repository"), subject)
 
 
 @hookimpl
 def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
     if delivery.source != KIND:
         return None
-    payload = verdict.payload if isinstance(verdict.payload, dict) else {}
-    comment = payload.get("comment")
-    if not isinstance(comment, dict):
-        return EchoClues()
-    comment_id = comment.get("id")
-    # Comment ids outgrew 32 bits long ago: any positive JSON integer.
-    is_id = isinstance(comment_id, int) and not isinstance(comment_id, bool) and comment_id > 0
-    return EchoClues(
-        object_ids=(str(comment_id),) if is_id else (),
-        marker=find_marker(comment.get("body")),
-    )
+    return comment_echo_clues(verdict.payload)
 
 
 # ---------------------------------------------------------------------------------------------
