@@ -17,15 +17,16 @@ import re
 import time
 import unicodedata
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
-from sqlalchemy import or_, select
+from sqlalchemy import delete, exists, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from switchboard.app import Services, services_of
+from switchboard.app import Services, periodic, services_of
 from switchboard.db import utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
@@ -462,7 +463,33 @@ async def handle_webhook(request: web.Request) -> web.Response:
     return response
 
 
+# Events that minted no todo (ignored, self_reply) are only kept for deduplication and audit. Their
+# delivery keys must outlive any provider retry (SPEC: at least 7 days); a month is generous.
+EVENT_RETENTION = timedelta(days=30)
+RETENTION_BATCH = 1000
+
+
+async def prune_events(services: Services, now: datetime | None = None) -> int:
+    """Delete old events that no todo points at, in batches; returns how many went."""
+    cutoff = (now or utcnow()) - EVENT_RETENTION
+    total = 0
+    while True:
+        async with services.db.write() as s:
+            stale = (
+                select(Event.id)
+                .where(Event.received_at < cutoff, ~exists().where(Todo.event_id == Event.id))
+                .limit(RETENTION_BATCH)
+            )
+            ids = list((await s.scalars(stale)).all())
+            if ids:
+                await s.execute(delete(Event).where(Event.id.in_(ids)))
+        total += len(ids)
+        if len(ids) < RETENTION_BATCH:
+            return total
+
+
 def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
     app[INGEST_LIMITER] = RateLimiter()
     app.router.add_post("/webhooks/{ingest_token}", handle_webhook)
+    app.cleanup_ctx.append(periodic("event-retention", 3600, prune_events))

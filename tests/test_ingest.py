@@ -1047,3 +1047,24 @@ async def test_echo_matching_covers_every_target_scope_and_no_other(
         dispositions.append((await post(base_url, token, body, headers))[1]["disposition"])
     # A reply recorded in a scope this webhook does not reach is not ours to drop.
     assert dispositions == ["routed", "self_reply"]
+
+
+async def test_retention_prunes_old_events_that_minted_nothing_and_keeps_the_rest(
+    services: Services, base_url: str
+) -> None:
+    from datetime import timedelta
+
+    from switchboard.ingest import prune_events
+
+    token, secret, _ = await make_webhook(services, "github")
+    ping = fixture_bytes("github/ping/payload.json")
+    await post(base_url, token, ping, github_headers(secret, ping, "ping", delivery="d-ping"))
+    opened = fixture_bytes("github/issues/opened.payload.json")
+    await post(base_url, token, opened, github_headers(secret, opened, "issues"))
+    async with services.db.read() as s:
+        assert len((await s.scalars(select(Event))).all()) == 2
+    # Within the retention window nothing goes; a month later the ping goes, the routed event stays.
+    assert await prune_events(services) == 0
+    assert await prune_events(services, now=utcnow() + timedelta(days=31)) == 1
+    async with services.db.read() as s:
+        assert [e.disposition for e in (await s.scalars(select(Event))).all()] == ["routed"]
