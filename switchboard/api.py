@@ -199,7 +199,7 @@ async def _caller(request: web.Request) -> Caller:
 
 
 class _Unauthorized(Exception):
-    pass
+    """No valid human token on the request."""
 
 
 # ---------------------------------------------------------------------------------------------

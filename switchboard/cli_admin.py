@@ -60,7 +60,7 @@ def _check_database_exists(settings: Settings) -> None:
 
 
 class _NoSchema(Exception):
-    pass
+    """The database exists but has not been migrated."""
 
 
 def _reason(exc: DBAPIError) -> str:
