@@ -23,108 +23,26 @@ from datetime import datetime
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from switchboard import connections, tenancy, todos
 from switchboard.app import Services, services_of
 from switchboard.db import Database, DatabaseUnavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
-from switchboard.models import Connection, Endpoint, Human, Membership, Team, Todo, Webhook
-from switchboard.reply import replies_of
+from switchboard.models import Connection, Endpoint, Human, Membership, Team, Webhook
 from switchboard.tenancy import Owner
 from switchboard.vault import EncryptionRequired, VaultError
 
 log = logging.getLogger("switchboard.api")
 
 PREFIX = "/api/v1"
-TODO_STATES = ("pending", "claimed", "done", "failed")
-MAX_TODO_LIMIT = 1000
 CONNECTION_VERBS_WARNING = (
     "this endpoint holds the connection verbs: they hand the agent the owner's outbound "
     "credentials (it can create, rotate and delete connections; it never sees a secret)"
 )
 # What a team member (not owner/admin) may see of a team's connection (SPEC §6.2).
 MEMBER_CONNECTION_FIELDS = ("id", "owner", "kind", "name", "account_key", "fingerprint")
-
-
-# ---------------------------------------------------------------------------------------------
-# Operator reads of todos (shared with the CLI, which passes ``scopes=None``: any scope)
-
-
-def _scope_filter(scopes: list[Owner]) -> Any:
-    human_ids = [o.human_id for o in scopes if o.human_id]
-    team_ids = [o.team_id for o in scopes if o.team_id]
-    return or_(Endpoint.owner_human_id.in_(human_ids), Endpoint.owner_team_id.in_(team_ids))
-
-
-async def operator_todos(
-    db: Database,
-    *,
-    scopes: list[Owner] | None,
-    endpoint_slug: str | None = None,
-    state: str | None = None,
-    queue: str | None = None,
-    limit: int = 50,
-) -> list[dict[str, Any]]:
-    """Todo rows (no payloads), newest first, each with its endpoint's slug.
-
-    ``scopes``: the owner scopes the caller may see (None: all, for the instance operator). An
-    endpoint named outside them is ``not_found``, like one that does not exist.
-    """
-    if state is not None and state not in TODO_STATES:
-        raise invalid(f"state {state!r} must be one of {', '.join(TODO_STATES)}")
-    if not 1 <= limit <= MAX_TODO_LIMIT:
-        raise invalid(f"limit must be between 1 and {MAX_TODO_LIMIT}")
-    async with db.read() as s:
-        query = select(Todo, Endpoint.slug).join(Endpoint, Todo.endpoint_id == Endpoint.id)
-        if scopes is not None:
-            query = query.where(_scope_filter(scopes))
-        if endpoint_slug is not None:
-            endpoint_query = select(Endpoint.id).where(Endpoint.slug == endpoint_slug)
-            if scopes is not None:
-                endpoint_query = endpoint_query.where(_scope_filter(scopes))
-            endpoint_id = await s.scalar(endpoint_query)
-            if endpoint_id is None:
-                raise not_found(f"endpoint {endpoint_slug!r}")
-            query = query.where(Todo.endpoint_id == endpoint_id)
-        if state is not None:
-            query = query.where(Todo.state == state)
-        if queue is not None:
-            query = query.where(Todo.queue == queue)
-        rows = (await s.execute(query.order_by(Todo.created_at.desc(), Todo.id.desc()).limit(limit))).all()
-        summaries = await todos.replies_summary(s, [t.id for t, _ in rows])
-    return [{**todos.todo_row(t, summaries.get(t.id)), "endpoint": slug} for t, slug in rows]
-
-
-async def operator_todo(services: Services, todo_id: str, *, scopes: list[Owner] | None) -> dict[str, Any]:
-    """One todo as MCP ``get_todo`` shows it (payload, result, attempts, replies) plus its endpoint's
-    slug and each attempt's endpoint slug; ``not_found`` outside ``scopes``."""
-    async with services.db.read() as s:
-        query = select(Todo, Endpoint.slug).join(Endpoint, Todo.endpoint_id == Endpoint.id)
-        query = query.where(Todo.id == todo_id)
-        if scopes is not None:
-            query = query.where(_scope_filter(scopes))
-        found = (await s.execute(query)).first()
-        if found is None:
-            raise not_found(f"todo {todo_id!r}")
-        todo, slug = found
-        detail = await todos.todo_detail(s, todo)
-        attempt_endpoints = {a["endpoint_id"] for a in detail["attempts"]}
-        slugs = (
-            dict(
-                (
-                    await s.execute(
-                        select(Endpoint.id, Endpoint.slug).where(Endpoint.id.in_(attempt_endpoints))
-                    )
-                ).all()
-            )
-            if attempt_endpoints
-            else {}
-        )
-    for attempt in detail["attempts"]:
-        attempt["endpoint"] = slugs.get(attempt["endpoint_id"], attempt["endpoint_id"])
-    return {**detail, "endpoint": slug, "replies": await replies_of(services, todo.id)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -814,7 +732,7 @@ async def test_connection(req: Request) -> tuple[int, dict[str, Any]]:
 
 async def list_todos(req: Request) -> tuple[int, dict[str, Any]]:
     return 200, {
-        "todos": await operator_todos(
+        "todos": await todos.list_in_scopes(
             req.services.db,
             scopes=_scopes_for_read(req),
             endpoint_slug=req.query.get("endpoint"),
@@ -826,7 +744,8 @@ async def list_todos(req: Request) -> tuple[int, dict[str, Any]]:
 
 
 async def show_todo(req: Request) -> tuple[int, dict[str, Any]]:
-    return 200, {"todo": await operator_todo(req.services, req.path["id"], scopes=req.caller.scopes)}
+    todo = await todos.show_in_scopes(req.services.db, req.path["id"], scopes=req.caller.scopes)
+    return 200, {"todo": todo}
 
 
 async def push_todo(req: Request) -> tuple[int, dict[str, Any]]:
@@ -1159,9 +1078,15 @@ OPERATIONS: tuple[Operation, ...] = (
         query=(
             TEAM_Q,
             Param("endpoint", "string", "Only this endpoint's todos."),
-            Param("state", "string", "Only this state.", enum=TODO_STATES),
+            Param("state", "string", "Only this state (dead: dead letters).", enum=todos.BOARD_STATES),
             Param("queue", "string", "Only this queue."),
-            Param("limit", "integer", "At most this many (default 50).", minimum=1, maximum=MAX_TODO_LIMIT),
+            Param(
+                "limit",
+                "integer",
+                "At most this many (default 50).",
+                minimum=1,
+                maximum=todos.OPERATOR_LIMIT_MAX,
+            ),
         ),
     ),
     Operation(
@@ -1218,7 +1143,7 @@ _TODO_PROPS: dict[str, Any] = {
     "source": {"type": "string"},
     "kind": {"type": "string"},
     "title": {"type": "string"},
-    "state": {"type": "string", "enum": list(TODO_STATES)},
+    "state": {"type": "string", "enum": list(todos.STATES)},
     "attempt": {"type": "integer"},
     "max_attempts": {"type": "integer"},
     "lease_expires_at": _TS,

@@ -873,10 +873,9 @@ def todo_list(
     endpoint_slug: str | None, state: str | None, queue: str | None, limit: int, as_json: bool
 ) -> None:
     """List todos, newest first (no payloads)."""
-    from switchboard.api import operator_todos
 
     async def go(services: Services) -> list[dict[str, Any]]:
-        return await operator_todos(
+        return await todos.list_in_scopes(
             services.db, scopes=None, endpoint_slug=endpoint_slug, state=state, queue=queue, limit=limit
         )
 
@@ -905,10 +904,9 @@ def todo_list(
 @json_option
 def todo_show(todo_id: str, as_json: bool) -> None:
     """Show one todo with its payload, attempts and replies."""
-    from switchboard.api import operator_todo
 
     async def go(services: Services) -> dict[str, Any]:
-        return await operator_todo(services, todo_id, scopes=None)
+        return await todos.show_in_scopes(services.db, todo_id, scopes=None)
 
     row = _do(go)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -220,6 +220,13 @@ async def _keep_an_owner(s: AsyncSession, team_id: str, leaving: str) -> None:
 async def role_in(s: AsyncSession, human_id: str, team_id: str) -> str | None:
     row = await s.get(Membership, (team_id, human_id))
     return row.role if row else None
+
+
+def scope_filter(scopes: list[Owner]) -> Any:
+    """SQL filter on ``Endpoint``: owned by one of ``scopes`` (what a human may see)."""
+    human_ids = [o.human_id for o in scopes if o.human_id]
+    team_ids = [o.team_id for o in scopes if o.team_id]
+    return or_(Endpoint.owner_human_id.in_(human_ids), Endpoint.owner_team_id.in_(team_ids))
 
 
 async def resolve_owner(db: Database, *, human: str | None = None, team: str | None = None) -> Owner:

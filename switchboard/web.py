@@ -29,7 +29,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from sqlalchemy import delete, or_, select, tuple_
+from sqlalchemy import delete, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -40,8 +40,8 @@ from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.ids import new_token, token_hash
 from switchboard.models import Attempt, Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
 from switchboard.reply import replies_of
-from switchboard.tenancy import Owner
-from switchboard.todos import payload_of, replies_summary, rfc3339
+from switchboard.tenancy import Owner, scope_filter
+from switchboard.todos import BOARD_STATES, payload_of, replies_summary, rfc3339, scoped_rows
 
 log = logging.getLogger("switchboard.web")
 
@@ -56,7 +56,6 @@ BOARD_LIMIT_DEFAULT = 100
 BOARD_LIMIT_MAX = 500
 PAYLOAD_SHOWN_MAX = 64 * 1024
 FIELD_MAX = 16 * 1024
-TODO_STATES = ("pending", "claimed", "done", "failed", "dead")
 
 # Fixed notices for ``?done=…`` after a redirect: the URL never carries user text into the page.
 NOTICES = {
@@ -175,7 +174,7 @@ class Viewer:
 
     def sees(self) -> Any:
         """SQL filter: endpoints in a scope the viewer can see."""
-        return or_(Endpoint.owner_human_id == self.human_id, Endpoint.owner_team_id.in_(self.team_ids))
+        return scope_filter([scope.owner for scope in self.scopes])
 
 
 def _secure(services: Services) -> bool:
@@ -592,8 +591,8 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     queue = request.query.get("queue", "")
     error = None
     status = 200
-    if state and state not in TODO_STATES:
-        error, status, state = f"Unknown state {state!r}; choose one of {', '.join(TODO_STATES)}.", 400, ""
+    if state and state not in BOARD_STATES:
+        error, status, state = f"Unknown state {state!r}; choose one of {', '.join(BOARD_STATES)}.", 400, ""
     try:
         limit = int(request.query.get("limit", BOARD_LIMIT_DEFAULT))
         if not 1 <= limit <= BOARD_LIMIT_MAX:
@@ -609,41 +608,24 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         endpoints = list(
             (await s.scalars(select(Endpoint).where(viewer.sees()).order_by(Endpoint.slug))).all()
         )
-        query = (
-            select(Todo, Endpoint)
-            .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-            .where(viewer.sees())
-            .order_by(Todo.created_at.desc(), Todo.id.desc())
-            .limit(limit)
-        )
-        if state == "dead":
-            query = query.where(Todo.dead_letter.is_(True))
-        elif state:
-            query = query.where(Todo.state == state)
-        if endpoint_slug:
-            query = query.where(Endpoint.slug == endpoint_slug)
-        if queue:
-            query = query.where(Todo.queue == queue)
-        before = request.query.get("before", "")
-        if before:
-            # Keyset paging: strictly older than a todo the viewer can see (so the cursor leaks nothing).
-            cursor = (
-                await s.execute(
-                    select(Todo.created_at, Todo.id)
-                    .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-                    .where(Todo.id == before, viewer.sees())
-                )
-            ).first()
-            if cursor is None:
-                error, status = "That page of the board no longer exists; showing the newest todos.", 400
-            else:
-                query = query.where(tuple_(Todo.created_at, Todo.id) < tuple_(cursor[0], cursor[1]))
-        rows = (await s.execute(query)).all()
+        filters: dict[str, Any] = {
+            "scopes": [scope.owner for scope in viewer.scopes],
+            "state": state or None,
+            "endpoint_slug": endpoint_slug or None,
+            "queue": queue or None,
+            "limit": limit,
+        }
+        try:
+            rows = await scoped_rows(s, **filters, before=request.query.get("before") or None)
+        except SwitchboardError:
+            # An unknown endpoint or a cursor past what the viewer can see: say so, show the newest.
+            error, status = "That page of the board no longer exists; showing the newest todos.", 400
+            rows = await scoped_rows(s, **{**filters, "endpoint_slug": None})
         summaries = await replies_summary(s, [t.id for t, _ in rows])
 
     options_state = join(
         h('<option value="{v}"{sel}>{v}</option>', v=v, sel=Safe(" selected") if v == state else Safe(""))
-        for v in TODO_STATES
+        for v in BOARD_STATES
     )
     options_endpoint = join(
         h(
