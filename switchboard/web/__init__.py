@@ -1,0 +1,117 @@
+"""The web UI: server-rendered pages under ``/ui`` on the one aiohttp app.
+
+Where things are:
+
+* this module — ``setup(app)``: the route table, the security headers on every ``/ui`` response,
+  the stylesheet, the HTML 404, the hourly purge of expired sessions;
+* ``html`` — the escaping rule (``h``/``Safe``), widgets and page skeletons;
+* ``session`` — login, the session cookie, CSRF, ``Viewer`` and ``authed``;
+* ``forms`` — reading forms, and ``shows_refusals``: how a refused POST comes back;
+* one module per page family: ``board``, ``endpoints``, ``webhooks``, ``connections``, ``teams``.
+
+Every handler but login is wrapped by ``authed`` here, in the route table, so no page can forget
+its session or CSRF check. Pages are built by ``h()``, which HTML-escapes every interpolated value
+unless it is ``Safe`` markup this package wrote, so payload-derived text (todo titles, reply
+displays) cannot become markup; a strict CSP (no scripts at all, styles from ``'self'``) backs
+that up.
+
+Secrets: an endpoint token, a webhook's ingest URL and minted signing secret are rendered exactly
+once, on the response to the POST that created them (``Cache-Control: no-store``); they are not
+stored in a form we could show again. Connection secrets are never rendered: only fingerprints.
+Secret form fields are never refilled when a form comes back with an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from switchboard.app import periodic
+from switchboard.web import board, connections, endpoints, session, teams, webhooks
+from switchboard.web.forms import page_view
+from switchboard.web.html import error_page
+from switchboard.web.session import DATABASE_ERRORS, authed, load_viewer
+
+STYLESHEET = Path(__file__).parent / "static" / "app.css"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def is_ui_path(path: str) -> bool:
+    return path == "/" or path == "/ui" or path.startswith("/ui/")
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every UI response, including errors raised by aiohttp itself."""
+    if not is_ui_path(request.path):
+        return
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+    # Pages carry private data and one-time secrets: never cached. The stylesheet sets its own.
+    response.headers.setdefault("Cache-Control", "no-store")
+
+
+async def root(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/ui")
+
+
+async def stylesheet(request: web.Request) -> web.StreamResponse:
+    return web.Response(
+        body=STYLESHEET.read_bytes(),
+        content_type="text/css",
+        charset="utf-8",
+        headers={"Cache-Control": "public, max-age=3600"},
+    )
+
+
+async def not_found_page(request: web.Request) -> web.StreamResponse:
+    try:
+        viewer = await load_viewer(request)
+    except DATABASE_ERRORS:
+        viewer = None
+    return error_page(viewer, 404, "There is no such page.", "Not found")
+
+
+def setup(app: web.Application) -> None:
+    """Add the UI routes, the security headers and the expired-session sweep to the app."""
+    app.on_response_prepare.append(security_headers)
+    app.cleanup_ctx.append(periodic("web-session-purge", 3600, session.purge_expired_sessions))
+    r = app.router
+    r.add_get("/", root)
+    r.add_get("/ui/static/app.css", stylesheet)
+    r.add_get("/ui/login", session.login_form)
+    r.add_post("/ui/login", session.login)
+    for method, path, handler in (
+        ("POST", "/ui/logout", session.logout),
+        ("GET", "/ui", board.board),
+        ("GET", "/ui/todos/{todo_id}", board.todo_detail),
+        ("GET", "/ui/endpoints", page_view(endpoints.endpoints_page)),
+        ("POST", "/ui/endpoints", endpoints.vend),
+        ("POST", "/ui/endpoints/{slug}/revoke", endpoints.revoke),
+        ("GET", "/ui/webhooks", page_view(webhooks.webhooks_page)),
+        ("POST", "/ui/webhooks", webhooks.webhook_create),
+        ("POST", "/ui/webhooks/{webhook_id}/rotate", webhooks.webhook_rotate),
+        ("POST", "/ui/webhooks/{webhook_id}/secret", webhooks.webhook_set_secret),
+        ("POST", "/ui/webhooks/{webhook_id}/delete", webhooks.webhook_delete),
+        ("POST", "/ui/webhooks/{webhook_id}/routes", webhooks.route_add),
+        ("POST", "/ui/webhooks/{webhook_id}/routes/remove", webhooks.route_remove),
+        ("GET", "/ui/connections", page_view(connections.connections_page)),
+        ("POST", "/ui/connections", connections.connection_create),
+        ("POST", "/ui/connections/{connection_id}/rotate", connections.connection_rotate),
+        ("POST", "/ui/connections/{connection_id}/delete", connections.connection_delete),
+        ("POST", "/ui/connections/{connection_id}/test", connections.connection_test),
+        ("GET", "/ui/teams", page_view(teams.teams_page)),
+        ("POST", "/ui/teams", teams.team_create),
+        ("POST", "/ui/teams/{slug}/members", teams.member_set),
+        ("POST", "/ui/teams/{slug}/members/remove", teams.member_remove),
+    ):
+        add = r.add_get if method == "GET" else r.add_post  # add_get answers HEAD too
+        add(path, authed(handler))
+    # Last: every other /ui path is an HTML 404 (with the security headers), not aiohttp's text page.
+    r.add_route("*", "/ui/{tail:.*}", not_found_page)

@@ -1,0 +1,113 @@
+"""Reading posted forms, and the one way a refused form comes back to the person who sent it.
+
+A handler that changes something either redirects (``see_other`` with a fixed ``?done=`` notice)
+or raises a ``SwitchboardError``; ``shows_refusals`` turns the error into the family's page with
+the message and the right 4xx status, and — for a create form — the typed values, never a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from functools import wraps
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from switchboard.errors import SwitchboardError, invalid
+from switchboard.web.html import Refusal
+
+if TYPE_CHECKING:
+    from switchboard.web.session import Viewer
+
+FIELD_MAX = 16 * 1024
+# Never written back into a page: secrets by name, and the CSRF token (the page adds a fresh one).
+UNKEPT_FIELDS = frozenset({"secret", "token", "csrf"})
+
+Handler = Callable[[web.Request, "Viewer"], Awaitable[web.StreamResponse]]
+PageRenderer = Callable[[web.Request, "Viewer", Refusal | None], Awaitable[web.Response]]
+
+
+async def read_form(request: web.Request) -> dict[str, str]:
+    """The posted fields (first value of each, text only); a body that is not a form is empty."""
+    try:
+        data = await request.post()
+    except web.HTTPRequestEntityTooLarge:
+        raise SwitchboardError("payload_too_large", "the form is larger than the server accepts") from None
+    except (ValueError, UnicodeDecodeError, HttpProcessingError):
+        # A malformed urlencoded or multipart body (bad boundary, broken part headers, …).
+        raise invalid("the form could not be read") from None
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, str) and key not in out:
+            if len(value) > FIELD_MAX:
+                raise invalid(f"field {key!r} is longer than {FIELD_MAX} characters")
+            out[key] = check_text(value, key)
+    return out
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse NUL characters up front: PostgreSQL cannot store or compare them, and no name,
+    slug, id or secret we accept contains one."""
+    if "\x00" in value:
+        raise invalid(f"{what} contains a NUL character")
+    return value
+
+
+def check_request_text(request: web.Request) -> None:
+    for key, value in [*request.match_info.items(), *request.query.items()]:
+        check_text(value, key)
+
+
+def int_field(form: Mapping[str, str], name: str, label: str, default: int | None) -> int | None:
+    raw = form.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise invalid(f"{label} must be a whole number") from None
+
+
+def list_field(form: Mapping[str, str], name: str) -> list[str] | None:
+    """A comma- or line-separated list; ``None`` when it names nothing."""
+    items = [p.strip() for p in form.get(name, "").replace("\n", ",").split(",") if p.strip()]
+    return items or None
+
+
+def see_other(location: str, done: str | None = None) -> web.HTTPSeeOther:
+    if done:
+        location += ("&" if "?" in location else "?") + urlencode({"done": done})
+    return web.HTTPSeeOther(location)
+
+
+def page_view(render: PageRenderer) -> Handler:
+    """The GET handler of a family's page."""
+
+    async def view(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        return await render(request, viewer, None)
+
+    view.__name__ = f"{render.__module__.rsplit('.', 1)[-1]}_view"
+    return view
+
+
+def shows_refusals(render: PageRenderer, *, create_form: bool = False) -> Callable[[Handler], Handler]:
+    """A refused change (a ``SwitchboardError`` from the handler) comes back as the family's page
+    with the message and its status. With ``create_form`` the handler is the page's create form:
+    it comes back unfolded with what was typed, less the fields in ``UNKEPT_FIELDS``."""
+
+    def decorate(handler: Handler) -> Handler:
+        @wraps(handler)
+        async def wrapper(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+            try:
+                return await handler(request, viewer)
+            except SwitchboardError as exc:
+                form = None
+                if create_form:
+                    form = {k: v for k, v in viewer.form.items() if k not in UNKEPT_FIELDS}
+                return await render(request, viewer, Refusal(exc.message, exc.http_status, form))
+
+        return wrapper
+
+    return decorate

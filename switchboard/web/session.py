@@ -1,0 +1,296 @@
+"""Who is asking: login, the session cookie, CSRF, and the ``Viewer`` every handler receives.
+
+Login takes a human's ``sbo_`` token once and trades it for a session cookie; only the cookie's
+hash is stored (``web_sessions``), with a per-session CSRF token. The login form has its own CSRF
+token bound to a short-lived ``sb_login`` cookie, against login CSRF. ``authed`` wraps every other
+handler: no live session → the login page (GET) or 401 (POST); a POST without the session's CSRF
+token → 403 with nothing changed; any error a handler did not render itself → an error page.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import delete, select
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from switchboard import tenancy
+from switchboard.app import Services, services_of
+from switchboard.db import DatabaseUnavailable, utcnow
+from switchboard.errors import SwitchboardError, not_found
+from switchboard.ids import new_token, token_hash
+from switchboard.models import Human, Membership, Team, WebSession
+from switchboard.tenancy import Owner, scope_filter
+from switchboard.web.forms import Handler, check_request_text, read_form, see_other
+from switchboard.web.html import error_page, h, notice_of, page, secret_field
+
+log = logging.getLogger("switchboard.web")
+
+SESSION_TTL = timedelta(hours=12)
+LOGIN_COOKIE = "sb_login"
+# What the database being away looks like from a handler: an error page, not a traceback.
+DATABASE_ERRORS = (DatabaseUnavailable, OperationalError, DBAPIError, OSError)
+
+
+def forbidden(message: str) -> SwitchboardError:
+    return SwitchboardError("forbidden", message)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """An owner scope the viewer can see: their own, or one of their teams."""
+
+    owner: Owner
+    key: str  # form value: "me" or "team:<slug>"
+    label: str
+    role: str
+    manage: bool
+
+
+@dataclass
+class Viewer:
+    human_id: str
+    handle: str
+    session_hash: str
+    csrf: str
+    scopes: list[Scope] = field(default_factory=list)
+    form: dict[str, str] = field(default_factory=dict)
+
+    def scope_of(self, owner: Owner) -> Scope | None:
+        return next((s for s in self.scopes if s.owner == owner), None)
+
+    def scope_by_key(self, key: str) -> Scope | None:
+        return next((s for s in self.scopes if s.key == key), None)
+
+    @property
+    def managed(self) -> list[Scope]:
+        return [s for s in self.scopes if s.manage]
+
+    def managed_scope(self, key: str) -> Scope:
+        """The scope a form's owner picker named, if the viewer manages it (another human's or an
+        unknown team is a 404, a team they only belong to a 403)."""
+        scope = self.scope_by_key(key)
+        if scope is None:
+            raise not_found(f"owner {key!r}")
+        if not scope.manage:
+            raise forbidden(f"only the owners and admins of {scope.label} may do that")
+        return scope
+
+    def managing(self, owner: Owner, what: str) -> Scope:
+        """The scope of a resource the viewer can see, if they may change it; else ``forbidden``
+        naming ``what`` they tried."""
+        scope = self.scope_of(owner)
+        if scope is None or not scope.manage:
+            label = scope.label if scope else "its scope"
+            raise forbidden(f"only the owners and admins of {label} may {what}")
+        return scope
+
+    def sees(self) -> Any:
+        """SQL filter: endpoints in a scope the viewer can see."""
+        return scope_filter([scope.owner for scope in self.scopes])
+
+
+def _secure(services: Services) -> bool:
+    return services.settings.base_url.startswith("https://")
+
+
+def session_cookie_name(services: Services) -> str:
+    # The __Host- prefix makes the browser refuse the cookie unless Secure, host-only, path=/.
+    return "__Host-sb_session" if _secure(services) else "sb_session"
+
+
+async def _scopes(s: AsyncSession, human: Human) -> list[Scope]:
+    scopes = [Scope(Owner(human_id=human.id), "me", f"you ({human.handle})", "owner", True)]
+    rows = await s.execute(
+        select(Team.id, Team.slug, Membership.role)
+        .join(Membership, Membership.team_id == Team.id)
+        .where(Membership.human_id == human.id)
+        .order_by(Team.slug)
+    )
+    for team_id, slug, role in rows:
+        scopes.append(Scope(Owner(team_id=team_id), f"team:{slug}", f"team {slug}", role, role != "member"))
+    return scopes
+
+
+async def load_viewer(request: web.Request) -> Viewer | None:
+    services = services_of(request)
+    raw = request.cookies.get(session_cookie_name(services))
+    if not raw or len(raw) > 200:
+        return None
+    async with services.db.read() as s:
+        row = (
+            await s.execute(
+                select(WebSession, Human)
+                .join(Human, Human.id == WebSession.human_id)
+                .where(WebSession.id_hash == token_hash(raw))
+            )
+        ).first()
+        if row is None:
+            return None
+        session, human = row
+        if session.expires_at <= utcnow():
+            return None
+        return Viewer(human.id, human.handle, session.id_hash, session.csrf_token, await _scopes(s, human))
+
+
+async def purge_expired_sessions(services: Services) -> None:
+    async with services.db.write() as s:
+        await s.execute(delete(WebSession).where(WebSession.expires_at <= utcnow()))
+
+
+_TITLES = {
+    "not_found": "Not found",
+    "forbidden": "Not allowed",
+    "invalid_argument": "Invalid input",
+    "conflict": "Conflict",
+    "encryption_required": "Encryption key required",
+}
+
+
+def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Require a live session; on POST also a form with the session's CSRF token.
+
+    SwitchboardErrors a handler did not turn into a page of its own become an error page with the
+    mapped status; anything unexpected is logged and answered with a plain page, never a traceback.
+    """
+
+    @wraps(fn)
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        viewer: Viewer | None = None
+        try:
+            check_request_text(request)
+            viewer = await load_viewer(request)
+            if viewer is None:
+                if request.method in ("GET", "HEAD"):
+                    raise web.HTTPSeeOther("/ui/login")
+                return error_page(None, 401, "Your session has ended. Log in again.", "Logged out")
+            if request.method == "POST":
+                viewer.form = await read_form(request)
+                if not hmac.compare_digest(viewer.form.get("csrf", "").encode(), viewer.csrf.encode()):
+                    return error_page(
+                        viewer,
+                        403,
+                        "This form is missing its security token or it is stale. Reload the page and "
+                        "try again; nothing was changed.",
+                        "Request refused",
+                    )
+            return await fn(request, viewer)
+        except web.HTTPException:
+            raise
+        except SwitchboardError as exc:
+            return error_page(viewer, exc.http_status, exc.message, _TITLES.get(exc.code, "Error"))
+        except IntegrityError:
+            # tenancy and connections map the constraints they know; this is a concurrent change.
+            log.warning("web UI: integrity conflict on %s %s", request.method, request.path)
+            return error_page(
+                viewer, 409, "That changed at the same time elsewhere. Reload and retry.", "Conflict"
+            )
+        except DATABASE_ERRORS:
+            log.exception("web UI: database unavailable on %s %s", request.method, request.path)
+            return error_page(viewer, 503, "The database is unavailable. Try again shortly.", "Unavailable")
+        except Exception:
+            log.exception("web UI: unhandled error on %s %s", request.method, request.path)
+            return error_page(viewer, 500, "Something went wrong on our side; it has been logged.", "Error")
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# Login and logout
+
+
+def _login_response(
+    request: web.Request, *, error: str | None = None, notice: str | None = None, status: int = 200
+) -> web.Response:
+    """The login page with a fresh login CSRF token, also set as the ``sb_login`` cookie."""
+    csrf = secrets.token_urlsafe(32)
+    body = h(
+        '<section class="card login"><h1>Log in</h1>'
+        '<form method="post" action="/ui/login">'
+        '<input type="hidden" name="csrf" value="{csrf}">{token}'
+        '<p class="hint">The <code>sbo_</code> token printed by <code>switchboard human add</code>. '
+        "It is exchanged for a session cookie and not kept by your browser.</p>"
+        '<button type="submit">Log in</button></form></section>',
+        csrf=csrf,
+        token=secret_field("token", "Personal token", required=True, autofocus=True, placeholder="sbo_…"),
+    )
+    response = page("Log in", body, None, status=status, error=error, notice=notice)
+    response.set_cookie(
+        LOGIN_COOKIE,
+        csrf,
+        path="/ui/login",
+        max_age=3600,
+        httponly=True,
+        samesite="Strict",
+        secure=_secure(services_of(request)),
+    )
+    return response
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    if await load_viewer(request) is not None:
+        raise web.HTTPSeeOther("/ui")
+    return _login_response(request, notice=notice_of(request))
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    services = services_of(request)
+    try:
+        form = await read_form(request)
+    except SwitchboardError as exc:
+        return _login_response(request, error=exc.message, status=exc.http_status)
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+        return _login_response(
+            request, error="The login form expired or was not sent from this page. Try again.", status=403
+        )
+    token = form.get("token", "").strip()
+    human = await tenancy.human_by_token(services.db, token) if token else None
+    if human is None:
+        # Never echo the token back, not even a wrong one.
+        return _login_response(request, error="That token is not valid.", status=401)
+    raw = new_token("sbw")
+    now = utcnow()
+    async with services.db.write() as s:
+        s.add(
+            WebSession(
+                id_hash=token_hash(raw),
+                human_id=human.id,
+                csrf_token=secrets.token_urlsafe(32),
+                created_at=now,
+                expires_at=now + SESSION_TTL,
+            )
+        )
+    log.info("web login: human %s", human.handle)
+    response = web.HTTPSeeOther("/ui")
+    response.set_cookie(
+        session_cookie_name(services),
+        raw,
+        path="/",
+        max_age=int(SESSION_TTL.total_seconds()),
+        httponly=True,
+        samesite="Strict",
+        secure=_secure(services),
+    )
+    response.del_cookie(LOGIN_COOKIE, path="/ui/login")
+    raise response
+
+
+async def logout(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    services = services_of(request)
+    async with services.db.write() as s:
+        await s.execute(delete(WebSession).where(WebSession.id_hash == viewer.session_hash))
+    response = see_other("/ui/login", "logged_out")
+    response.del_cookie(
+        session_cookie_name(services), path="/", secure=_secure(services), httponly=True, samesite="Strict"
+    )
+    raise response
