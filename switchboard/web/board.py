@@ -13,10 +13,9 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.app import services_of
-from switchboard.errors import SwitchboardError, not_found
+from switchboard.errors import SwitchboardError
 from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.reply import replies_of
 from switchboard.todos import BOARD_STATES, payload_of, replies_summary, scoped_rows
@@ -189,19 +188,6 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     )
 
 
-async def _visible_todo(s: AsyncSession, viewer: Viewer, todo_id: str) -> tuple[Todo, Endpoint]:
-    row = (
-        await s.execute(
-            select(Todo, Endpoint)
-            .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-            .where(Todo.id == todo_id, viewer.sees())
-        )
-    ).first()
-    if row is None:
-        raise not_found(f"todo {todo_id!r}")
-    return row[0], row[1]
-
-
 def replies_table(replies: list[dict[str, Any]]) -> Safe:
     if not replies:
         return Safe('<p class="muted">No replies yet.</p>')
@@ -260,7 +246,7 @@ def address_card(reply_to: Mapping[str, Any] | None) -> Safe:
 async def todo_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     services = services_of(request)
     async with services.db.read() as s:
-        todo, endpoint = await _visible_todo(s, viewer, request.match_info["todo_id"])
+        todo, endpoint = await viewer.owned(s, Todo, request.match_info["todo_id"], "todo")
         attempts = list(
             (
                 await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))

@@ -8,15 +8,15 @@ into a password field, never rendered, never kept in a form that comes back with
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
 from switchboard import connections as owner_connections
 from switchboard.app import Services, services_of
 from switchboard.tenancy import Owner
-from switchboard.web.forms import list_field, see_other, shows_refusals
+from switchboard.web.forms import changes, list_field, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
@@ -215,44 +215,40 @@ async def connection_create(request: web.Request, viewer: Viewer) -> web.StreamR
     raise see_other("/ui/connections", "connection_created")
 
 
-ConnectionChange = Callable[[web.Request, Viewer, Owner, str], Awaitable[str]]
+class Managed(NamedTuple):
+    owner: Owner
+    connection_id: str
 
 
-def connection_change(
-    change: ConnectionChange,
-) -> Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]:
-    """A POST on the connection in the URL, by someone who manages it, redirecting to the list with
-    the notice the change returns; a refusal comes back as the connections page."""
+async def managed_connection(request: web.Request, viewer: Viewer) -> Managed:
+    """The connection in the URL, if the viewer manages it (another scope's is a 404, a team
+    member's read-only view a 403)."""
+    connection_id = request.match_info["connection_id"]
+    owner = await owner_connections.authorize(
+        services_of(request), viewer.human_id, connection_id, manage=True
+    )
+    return Managed(owner, connection_id)
 
-    @shows_refusals(connections_page)
-    async def handler(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-        connection_id = request.match_info["connection_id"]
-        owner = await owner_connections.authorize(
-            services_of(request), viewer.human_id, connection_id, manage=True
-        )
-        raise see_other("/ui/connections", await change(request, viewer, owner, connection_id))
 
-    handler.__name__ = change.__name__
-    return handler
+connection_change = changes(connections_page, "/ui/connections", managed_connection)
 
 
 @connection_change
-async def connection_rotate(request: web.Request, viewer: Viewer, owner: Owner, connection_id: str) -> str:
-    await owner_connections.rotate_connection(
-        services_of(request), owner, connection_id, viewer.form.get("secret", "")
-    )
-    log.info("web: %s rotated connection %s", viewer.handle, connection_id)
+async def connection_rotate(request: web.Request, viewer: Viewer, found: Managed) -> str:
+    secret = viewer.form.get("secret", "")
+    await owner_connections.rotate_connection(services_of(request), found.owner, found.connection_id, secret)
+    log.info("web: %s rotated connection %s", viewer.handle, found.connection_id)
     return "connection_rotated"
 
 
 @connection_change
-async def connection_delete(request: web.Request, viewer: Viewer, owner: Owner, connection_id: str) -> str:
-    await owner_connections.delete_connection(services_of(request), owner, connection_id)
-    log.info("web: %s deleted connection %s", viewer.handle, connection_id)
+async def connection_delete(request: web.Request, viewer: Viewer, found: Managed) -> str:
+    await owner_connections.delete_connection(services_of(request), found.owner, found.connection_id)
+    log.info("web: %s deleted connection %s", viewer.handle, found.connection_id)
     return "connection_deleted"
 
 
 @connection_change
-async def connection_test(request: web.Request, viewer: Viewer, owner: Owner, connection_id: str) -> str:
-    verdict = await owner_connections.test_connection(services_of(request), owner, connection_id)
+async def connection_test(request: web.Request, viewer: Viewer, found: Managed) -> str:
+    verdict = await owner_connections.test_connection(services_of(request), found.owner, found.connection_id)
     return "connection_test_ok" if verdict.get("ok") else "connection_test_failed"

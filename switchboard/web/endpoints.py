@@ -11,13 +11,9 @@ import logging
 from collections.abc import Mapping
 
 from aiohttp import web
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import tenancy
 from switchboard.app import services_of
-from switchboard.errors import not_found
-from switchboard.models import Endpoint
 from switchboard.tenancy import Owner
 from switchboard.web.forms import int_field, list_field, see_other, shows_refusals
 from switchboard.web.html import (
@@ -45,14 +41,6 @@ from switchboard.web.session import Viewer
 log = logging.getLogger("switchboard.web")
 
 CONNECTIONS_FLAG = Safe('<span class="flag">⚠ hands the agent the owner\'s outbound credentials</span>')
-
-
-async def visible_endpoint(s: AsyncSession, viewer: Viewer, slug: str) -> Endpoint:
-    """An endpoint in one of the viewer's scopes; any other is a 404, as if it did not exist."""
-    endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == slug, viewer.sees()))
-    if endpoint is None:
-        raise not_found(f"endpoint {slug!r}")
-    return endpoint
 
 
 def vend_form(viewer: Viewer, form: Mapping[str, str]) -> Safe:
@@ -232,7 +220,7 @@ async def revoke(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     services = services_of(request)
     slug = request.match_info["slug"]
     async with services.db.read() as s:
-        endpoint = await visible_endpoint(s, viewer, slug)
+        endpoint = await viewer.endpoint(s, slug)
     viewer.managing(Owner.of(endpoint), "revoke it")
     await tenancy.revoke_endpoint(services.db, slug)
     log.info("web: %s revoked endpoint %s", viewer.handle, slug)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from functools import wraps
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -27,6 +27,7 @@ UNKEPT_FIELDS = frozenset({"secret", "token", "csrf"})
 
 Handler = Callable[[web.Request, "Viewer"], Awaitable[web.StreamResponse]]
 PageRenderer = Callable[[web.Request, "Viewer", Refusal | None], Awaitable[web.Response]]
+Resource = TypeVar("Resource")
 
 
 async def read_form(request: web.Request) -> dict[str, str]:
@@ -109,5 +110,27 @@ def shows_refusals(render: PageRenderer, *, create_form: bool = False) -> Callab
                 return await render(request, viewer, Refusal(exc.message, exc.http_status, form))
 
         return wrapper
+
+    return decorate
+
+
+def changes(
+    render: PageRenderer,
+    location: str,
+    resolve: Callable[[web.Request, Viewer], Awaitable[Resource]],
+) -> Callable[[Callable[[web.Request, Viewer, Resource], Awaitable[str]]], Handler]:
+    """The shape of every POST on a resource named in the URL (rotate, delete, test, routes, …):
+    ``resolve`` finds it and checks the viewer may change it (404 for another scope's, 403 for a
+    read-only member), the decorated change does the work and returns a ``NOTICES`` key, and the
+    browser is sent to ``location`` with that notice. A refusal comes back as ``render``'s page."""
+
+    def decorate(change: Callable[[web.Request, Viewer, Resource], Awaitable[str]]) -> Handler:
+        @shows_refusals(render)
+        @wraps(change)
+        async def handler(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+            resource = await resolve(request, viewer)
+            raise see_other(location, await change(request, viewer, resource))
+
+        return handler
 
     return decorate

@@ -191,7 +191,7 @@ def owner_picker(viewer: Viewer, selected: str) -> Safe:
     )
 
 
-def _attrs(attrs: Mapping[str, str | int | bool | None]) -> Safe:
+def _attrs(attrs: Mapping[str, object]) -> Safe:
     """Escaped attributes; ``True`` is a bare attribute, ``False``/``None`` none at all."""
     return join(
         flag(True, k) if v is True else h(' {k}="{v}"', k=k, v=v)
@@ -204,6 +204,18 @@ def hint(text: str | Safe) -> Safe:
     return h('<p class="hint">{t}</p>', t=text)
 
 
+def _labelled_input(
+    name: str, label: str, type_: str, note: str | Safe | None, attrs: Mapping[str, object]
+) -> Safe:
+    return h(
+        '<label for="{n}">{label}</label><input{attrs}>{note}',
+        n=name,
+        label=label,
+        attrs=_attrs({"type": type_, "id": name, "name": name, **attrs}),
+        note=hint(note) if note else EMPTY,
+    )
+
+
 def field(
     name: str,
     label: str,
@@ -214,27 +226,12 @@ def field(
     **attrs: str | int | bool | None,
 ) -> Safe:
     """A labelled input that shows ``value`` (a refused form comes back filled in)."""
-    return h(
-        '<label for="{n}">{label}</label><input type="{t}" id="{n}" name="{n}"{attrs} value="{v}">{note}',
-        n=name,
-        label=label,
-        t=type_,
-        attrs=_attrs(attrs),
-        v=value,
-        note=hint(note) if note else EMPTY,
-    )
+    return _labelled_input(name, label, type_, note, {**attrs, "value": str(value)})
 
 
 def secret_field(name: str, label: str, *, note: str | Safe | None = None, **attrs: str | bool) -> Safe:
     """A labelled password input. It takes no value: a secret is never written into a page."""
-    return h(
-        '<label for="{n}">{label}</label><input type="password" id="{n}" name="{n}" autocomplete="off"'
-        "{attrs}>{note}",
-        n=name,
-        label=label,
-        attrs=_attrs(attrs),
-        note=hint(note) if note else EMPTY,
-    )
+    return _labelled_input(name, label, "password", note, {"autocomplete": "off", **attrs})
 
 
 def checkbox(name: str, label: Safe, checked: bool) -> Safe:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from sqlalchemy import delete, select
@@ -28,7 +28,7 @@ from switchboard.app import Services, services_of
 from switchboard.db import DatabaseUnavailable, utcnow
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.ids import new_token, token_hash
-from switchboard.models import Human, Membership, Team, WebSession
+from switchboard.models import Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
 from switchboard.tenancy import Owner, scope_filter
 from switchboard.web.forms import Handler, check_request_text, read_form, see_other
 from switchboard.web.html import error_page, h, notice_of, page, secret_field
@@ -39,6 +39,9 @@ SESSION_TTL = timedelta(hours=12)
 LOGIN_COOKIE = "sb_login"
 # What the database being away looks like from a handler: an error page, not a traceback.
 DATABASE_ERRORS = (DatabaseUnavailable, OperationalError, DBAPIError, OSError)
+
+# Rows that belong to an endpoint, and so to its owner scope.
+EndpointOwned = TypeVar("EndpointOwned", Todo, Webhook)
 
 
 def forbidden(message: str) -> SwitchboardError:
@@ -97,6 +100,30 @@ class Viewer:
     def sees(self) -> Any:
         """SQL filter: endpoints in a scope the viewer can see."""
         return scope_filter([scope.owner for scope in self.scopes])
+
+    # Lookups by an id from a URL or a form. Another scope's row is a 404 exactly like a missing
+    # one, so a viewer cannot learn that it exists.
+
+    async def endpoint(self, s: AsyncSession, slug: str) -> Endpoint:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == slug, self.sees()))
+        if endpoint is None:
+            raise not_found(f"endpoint {slug!r}")
+        return endpoint
+
+    async def owned(
+        self, s: AsyncSession, model: type[EndpointOwned], row_id: str, what: str
+    ) -> tuple[EndpointOwned, Endpoint]:
+        """A todo or webhook by id, with its endpoint."""
+        row = (
+            await s.execute(
+                select(model, Endpoint)
+                .join(Endpoint, Endpoint.id == model.endpoint_id)
+                .where(model.id == row_id, self.sees())
+            )
+        ).first()
+        if row is None:
+            raise not_found(f"{what} {row_id!r}")
+        return row[0], row[1]
 
 
 def _secure(services: Services) -> bool:

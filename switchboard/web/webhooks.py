@@ -9,19 +9,17 @@ shown back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy import select
 
 from switchboard import tenancy
 from switchboard.app import Services, services_of
-from switchboard.errors import invalid, not_found
+from switchboard.errors import invalid
 from switchboard.models import Endpoint, Webhook
 from switchboard.tenancy import Owner
-from switchboard.web.endpoints import visible_endpoint
-from switchboard.web.forms import see_other, shows_refusals
+from switchboard.web.forms import changes, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
@@ -266,7 +264,7 @@ async def webhook_create(request: web.Request, viewer: Viewer) -> web.StreamResp
     services = services_of(request)
     slug = viewer.form.get("endpoint", "")
     async with services.db.read() as s:
-        endpoint = await visible_endpoint(s, viewer, slug)
+        endpoint = await viewer.endpoint(s, slug)
     viewer.managing(Owner.of(endpoint), "add webhooks to its endpoints")
     created = await tenancy.create_webhook(
         services.db,
@@ -289,38 +287,14 @@ async def webhook_create(request: web.Request, viewer: Viewer) -> web.StreamResp
 
 
 async def managed_webhook(request: web.Request, viewer: Viewer) -> tuple[Webhook, Endpoint]:
-    """The webhook in the URL, if the viewer may manage it: another scope's webhook is a 404."""
-    services = services_of(request)
-    webhook_id = request.match_info["webhook_id"]
-    async with services.db.read() as s:
-        row = (
-            await s.execute(
-                select(Webhook, Endpoint)
-                .join(Endpoint, Endpoint.id == Webhook.endpoint_id)
-                .where(Webhook.id == webhook_id, viewer.sees())
-            )
-        ).first()
-    if row is None:
-        raise not_found(f"webhook {webhook_id!r}")
-    webhook, endpoint = row
+    """The webhook in the URL and its endpoint, if the viewer may manage it."""
+    async with services_of(request).db.read() as s:
+        webhook, endpoint = await viewer.owned(s, Webhook, request.match_info["webhook_id"], "webhook")
     viewer.managing(Owner.of(endpoint), "change its webhooks")
     return webhook, endpoint
 
 
-WebhookChange = Callable[[web.Request, Viewer, Webhook], Awaitable[str]]
-
-
-def webhook_change(change: WebhookChange) -> Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]:
-    """A POST that changes the webhook in the URL and redirects to the list with the notice the
-    change returns; a refusal comes back as the webhooks page."""
-
-    @shows_refusals(webhooks_page)
-    async def handler(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-        webhook, _ = await managed_webhook(request, viewer)
-        raise see_other("/ui/webhooks", await change(request, viewer, webhook))
-
-    handler.__name__ = change.__name__
-    return handler
+webhook_change = changes(webhooks_page, "/ui/webhooks", managed_webhook)
 
 
 @shows_refusals(webhooks_page)
@@ -341,8 +315,8 @@ async def webhook_rotate(request: web.Request, viewer: Viewer) -> web.StreamResp
 
 
 @webhook_change
-async def webhook_set_secret(request: web.Request, viewer: Viewer, webhook: Webhook) -> str:
-    services = services_of(request)
+async def webhook_set_secret(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
+    services, webhook = services_of(request), found[0]
     await tenancy.set_webhook_secret(
         services.db, services.vault, services.providers, webhook.id, viewer.form.get("secret", "")
     )
@@ -351,26 +325,28 @@ async def webhook_set_secret(request: web.Request, viewer: Viewer, webhook: Webh
 
 
 @webhook_change
-async def webhook_delete(request: web.Request, viewer: Viewer, webhook: Webhook) -> str:
+async def webhook_delete(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
+    webhook = found[0]
     await tenancy.delete_webhook(services_of(request).db, webhook.id)
     log.info("web: %s deleted webhook %s", viewer.handle, webhook.id)
     return "webhook_deleted"
 
 
 @webhook_change
-async def route_add(request: web.Request, viewer: Viewer, webhook: Webhook) -> str:
-    services = services_of(request)
+async def route_add(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
+    services, webhook = services_of(request), found[0]
     slug = viewer.form.get("endpoint", "").strip()
     if not slug:
         raise invalid("name the endpoint to route to")
     async with services.db.read() as s:
         # An endpoint the viewer cannot see does not exist, as far as they can tell.
-        await visible_endpoint(s, viewer, slug)
+        await viewer.endpoint(s, slug)
     await tenancy.add_route(services.db, webhook.id, slug, consenting_human_id=viewer.human_id)
     return "route_added"
 
 
 @webhook_change
-async def route_remove(request: web.Request, viewer: Viewer, webhook: Webhook) -> str:
-    await tenancy.remove_route(services_of(request).db, webhook.id, viewer.form.get("endpoint", "").strip())
+async def route_remove(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
+    slug = viewer.form.get("endpoint", "").strip()
+    await tenancy.remove_route(services_of(request).db, found[0].id, slug)
     return "route_removed"
