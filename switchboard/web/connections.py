@@ -35,6 +35,7 @@ from switchboard.web.html import (
     path_part,
     same,
     secret_field,
+    section,
     table,
     when,
 )
@@ -100,17 +101,16 @@ def connection_row(viewer: Viewer, c: Mapping[str, Any]) -> Safe:
 
 
 def scope_section(viewer: Viewer, scope: Scope, rows: list[dict[str, Any]]) -> Safe:
-    return h(
-        "<h2>{label}</h2>{note}{table}",
-        label=scope.label,
-        note=EMPTY
+    return section(
+        scope.label,
+        EMPTY
         if scope.manage
         else h(
             '<p class="hint">You are a member of {t}: you see its connections; its owners and '
             "admins manage them.</p>",
             t=scope.label,
         ),
-        table=table(
+        table(
             ("Name", "Kind", "Account", "Fingerprint", "Allowlists", "Last test", ""),
             (connection_row(viewer, c) for c in rows if c.get("owner_id") == scope.owner.id),
             empty="No connections.",

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from switchboard import tenancy
 from switchboard.app import services_of
+from switchboard.models import Endpoint
 from switchboard.tenancy import Owner
 from switchboard.web.forms import int_field, list_field, see_other, shows_refusals
 from switchboard.web.html import (
@@ -33,6 +34,7 @@ from switchboard.web.html import (
     owner_picker,
     path_part,
     reveal_page,
+    section,
     table,
     when,
 )
@@ -85,21 +87,12 @@ def vend_form(viewer: Viewer, form: Mapping[str, str]) -> Safe:
                 ),
                 form.get("connection_verbs") == "on",
             ),
-            field(
-                "expires_in_days",
-                "Expires in days (optional)",
-                form.get("expires_in_days", ""),
-                type_="number",
-                min=1,
-                max=3650,
-            ),
-            field(
-                "default_lease_seconds",
-                "Default lease (seconds)",
-                form.get("default_lease_seconds", "300"),
-                type_="number",
-                min=1,
-                max=86400,
+            *(
+                field(name, label, form.get(name, default), type_="number", min=1, max=top)
+                for name, label, default, top in (
+                    ("expires_in_days", "Expires in days (optional)", "", 3650),
+                    ("default_lease_seconds", "Default lease (seconds)", "300", 86400),
+                )
             ),
         ]
     )
@@ -124,38 +117,35 @@ def families_cell(verbs: list[str]) -> Safe:
     )
 
 
+def endpoint_row(viewer: Viewer, e: Endpoint, manage: bool) -> Safe:
+    return h(
+        '<tr><td>{slug}<div class="muted">{name}</div></td>'
+        '<td class="mono">{prefix}</td><td>{queues}</td><td>{families}</td><td>{state}</td>'
+        "<td>{expires}</td><td>{actions}</td></tr>",
+        slug=mono(e.slug),
+        name=e.name,
+        prefix=e.token_display,
+        queues=", ".join(e.queues),
+        families=families_cell(e.verbs),
+        state=badge(e.state),
+        expires=when(e.expires_at),
+        actions=action_form(viewer, f"/ui/endpoints/{path_part(e.slug)}/revoke", "Revoke", cls="danger")
+        if manage and e.state == "active"
+        else EMPTY,
+    )
+
+
 async def endpoints_page(request: web.Request, viewer: Viewer, refusal: Refusal | None) -> web.Response:
     services = services_of(request)
     sections = []
     for scope in viewer.scopes:
         endpoints = await tenancy.list_endpoints(services.db, scope.owner)
-        rows = (
-            h(
-                '<tr><td>{slug}<div class="muted">{name}</div></td>'
-                '<td class="mono">{prefix}</td><td>{queues}</td><td>{families}</td><td>{state}</td>'
-                "<td>{expires}</td><td>{actions}</td></tr>",
-                slug=mono(e.slug),
-                name=e.name,
-                prefix=e.token_display,
-                queues=", ".join(e.queues),
-                families=families_cell(e.verbs),
-                state=badge(e.state),
-                expires=when(e.expires_at),
-                actions=action_form(
-                    viewer, f"/ui/endpoints/{path_part(e.slug)}/revoke", "Revoke", cls="danger"
-                )
-                if scope.manage and e.state == "active"
-                else EMPTY,
-            )
-            for e in endpoints
-        )
         sections.append(
-            h(
-                "<h2>{label}</h2>{table}",
-                label=scope.label,
-                table=table(
+            section(
+                scope.label,
+                table(
                     ("Endpoint", "Token", "Queues", "Verb families", "State", "Expires", ""),
-                    rows,
+                    (endpoint_row(viewer, e, scope.manage) for e in endpoints),
                     empty="No endpoints.",
                 ),
             )

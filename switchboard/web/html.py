@@ -149,6 +149,11 @@ def table(headers: Sequence[str], rows: Iterable[Safe], *, empty: str | None = N
     )
 
 
+def section(heading: str, *parts: Safe) -> Safe:
+    """One owner scope's (or team's) part of a page: a heading and what follows it."""
+    return h("<h2>{heading}</h2>{parts}", heading=heading, parts=join(parts))
+
+
 def options(choices: Iterable[tuple[str, str]], selected: str | None) -> Safe:
     """``<option>`` tags from ``(value, label)`` pairs, the one equal to ``selected`` selected."""
     return join(
@@ -247,17 +252,21 @@ def csrf_field(viewer: Viewer) -> Safe:
     return h('<input type="hidden" name="csrf" value="{t}">', t=viewer.csrf)
 
 
-def card_form(viewer: Viewer, action: str, content: Safe, submit: str, *, after: Safe = EMPTY) -> Safe:
-    """A page's create form: a card with the CSRF token, its fields, one submit button."""
+def post_form(viewer: Viewer, action: str, cls: str, content: Safe) -> Safe:
+    """Every POST form carries the session's CSRF token: build them all here."""
     return h(
-        '<form method="post" action="{a}" class="card">{csrf}{content}'
-        '<p><button type="submit">{submit}</button></p>{after}</form>',
+        '<form method="post" action="{a}" class="{cls}">{csrf}{content}</form>',
         a=action,
+        cls=cls,
         csrf=csrf_field(viewer),
         content=content,
-        submit=submit,
-        after=after,
     )
+
+
+def card_form(viewer: Viewer, action: str, content: Safe, submit: str, *, after: Safe = EMPTY) -> Safe:
+    """A page's create form: a card with its fields and one submit button."""
+    button = h('<p><button type="submit">{s}</button></p>', s=submit)
+    return post_form(viewer, action, "card", join([content, button, after]))
 
 
 def action_form(
@@ -268,16 +277,9 @@ def action_form(
     cls: str = "secondary",
     fields: Safe = EMPTY,
 ) -> Safe:
-    """A one-button inline POST form (revoke, rotate, test, delete, …) with the CSRF token."""
-    return h(
-        '<form method="post" action="{a}" class="inline">{csrf}{fields}'
-        '<button type="submit" class="{cls}">{label}</button></form>',
-        a=action,
-        csrf=csrf_field(viewer),
-        fields=fields,
-        cls=cls,
-        label=label,
-    )
+    """A one-button inline POST form (revoke, rotate, test, delete, …), with any ``fields``."""
+    button = h('<button type="submit" class="{cls}">{label}</button>', cls=cls, label=label)
+    return post_form(viewer, action, "inline", join([fields, button]))
 
 
 def hidden(name: str, value: str) -> Safe:

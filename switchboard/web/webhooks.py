@@ -38,6 +38,7 @@ from switchboard.web.html import (
     path_part,
     reveal_page,
     same,
+    section,
     table,
 )
 from switchboard.web.session import Viewer
@@ -181,10 +182,9 @@ async def webhooks_page(request: web.Request, viewer: Viewer, refusal: Refusal |
             live_managed += [e for e in endpoints if tenancy.endpoint_is_live(e)]
         hooks = await tenancy.list_webhooks(services.db, owner=scope.owner)
         sections.append(
-            h(
-                "<h2>{label}</h2>{table}",
-                label=scope.label,
-                table=table(
+            section(
+                scope.label,
+                table(
                     ("Webhook", "Endpoint", "Source", "Trust", "Ingest URL", "Routes", ""),
                     (webhook_row(viewer, services, w, scope.manage) for w in hooks),
                     empty="No webhooks.",
