@@ -796,3 +796,111 @@ async def test_a_webhook_made_in_the_ui_delivers_to_the_board(browser: Browser, 
     assert todo is not None and todo.reply_to is not None
     resp, detail = await browser.get(f"/ui/todos/{todo.id}")
     assert resp.status == 200 and todo.reply_to["display"] in detail and "No replies yet" in detail
+
+
+# ---------------------------------------------------------------------------------------------
+# How refusals come back, team roles, the todo page's edges
+
+
+async def test_a_refused_change_comes_back_on_its_page_and_only_a_refused_create_form_unfolds(
+    browser: Browser, second_browser: Browser, db: Any
+) -> None:
+    await browser.login(await human(db, "ada"))
+    await second_browser.login(await human(db, "bob"))
+    await browser.post("/ui/teams", {"slug": "platform"})
+    await browser.post("/ui/teams/platform/members", {"handle": "bob", "role": "member"})
+    resp, _ = await browser.post("/ui/endpoints", {"name": "team-bot", "owner": "team:platform"})
+    assert resp.status == 201
+
+    # A member may see the team's endpoint but not revoke it: the endpoints page says why.
+    resp, text = await second_browser.post("/ui/endpoints/team-bot/revoke")
+    assert resp.status == 403
+    assert "<h1>Endpoints</h1>" in text and "only the owners and admins of team platform" in text
+    assert '<details class="create">' in text  # the vend form stays folded
+    async with db.read() as s:
+        assert await s.scalar(select(Endpoint.state).where(Endpoint.slug == "team-bot")) == "active"
+
+    # A refused create form unfolds with what was typed; a refused row action does not.
+    resp, text = await browser.post("/ui/endpoints", {"name": "x", "owner": "me", "queues": "Bad Queue!"})
+    assert resp.status == 400 and '<details class="create" open>' in text and 'value="Bad Queue!"' in text
+    resp, _ = await browser.post("/ui/webhooks", {"endpoint": "team-bot", "source": "generic"})
+    assert resp.status == 201
+    async with db.read() as s:
+        webhook = await s.scalar(select(Webhook))
+    assert webhook is not None
+    resp, text = await browser.post(f"/ui/webhooks/{webhook.id}/routes", {"endpoint": "no-such-bot"})
+    assert resp.status == 404 and "<h1>Webhooks</h1>" in text and "no-such-bot" in text
+    assert '<details class="create">' in text and '<details class="create" open>' not in text
+
+
+async def test_team_roles_are_enforced_and_anyone_may_leave(
+    browser: Browser, second_browser: Browser, db: Any
+) -> None:
+    await browser.login(await human(db, "ada"))
+    await second_browser.login(await human(db, "bob"))
+    carol = Browser(browser.base_url)
+    try:
+        await carol.login(await human(db, "carol"))
+        await human(db, "dave")
+        await browser.post("/ui/teams", {"slug": "platform"})
+        for handle, role in (("bob", "admin"), ("carol", "member")):
+            resp, _ = await browser.post("/ui/teams/platform/members", {"handle": handle, "role": role})
+            assert resp.status == 303
+
+        # An admin manages members but cannot make an owner; a member manages nobody.
+        resp, text = await second_browser.post(
+            "/ui/teams/platform/members", {"handle": "dave", "role": "owner"}
+        )
+        assert resp.status == 403 and "only a team owner" in text
+        resp, text = await carol.post("/ui/teams/platform/members", {"handle": "dave", "role": "member"})
+        assert resp.status == 403 and "<h1>Teams</h1>" in text
+        resp, text = await browser.post("/ui/teams/platform/members", {"handle": "dave", "role": "king"})
+        assert resp.status == 400 and "role must be one of" in text
+        resp, text = await browser.post("/ui/teams/platform/members/remove", {"handle": "dave"})
+        assert resp.status == 404
+
+        # The admin's page offers removing the member, not the owner; the member's page only leaving.
+        _, text = await second_browser.get("/ui/teams")
+        assert text.count('action="/ui/teams/platform/members/remove"') == 2  # carol, and bob leaving
+        assert 'value="ada"><button type="submit" class="danger">' not in text
+        _, text = await carol.get("/ui/teams")
+        assert text.count('action="/ui/teams/platform/members/remove"') == 1 and ">Leave</button>" in text
+
+        resp, _ = await carol.post("/ui/teams/platform/members/remove", {"handle": "carol"})
+        assert resp.status == 303
+        _, text = await carol.get(resp.headers["Location"])
+        assert "Member removed." in text and "You are in no team yet." in text
+    finally:
+        await carol.close()
+    teams = await tenancy.list_teams(db)
+    assert teams[0]["members"] == [{"handle": "ada", "role": "owner"}, {"handle": "bob", "role": "admin"}]
+
+
+async def test_the_todo_page_truncates_a_huge_payload_and_the_board_marks_dead_letters(
+    browser: Browser, db: Any
+) -> None:
+    await browser.login(await human(db, "ada"))
+    owner = await tenancy.resolve_owner(db, human="ada")
+    endpoint, _ = await tenancy.vend_endpoint(db, name="bot", owner=owner)
+    huge = "<" * 70_000  # each escapes to four characters: the cut is on the text, before escaping
+    todo = await todos.push(db, endpoint_slug=endpoint.slug, title="big one", payload={"blob": huge})
+
+    resp, text = await browser.get(f"/ui/todos/{todo.id}")
+    assert resp.status == 200 and "Showing the first 65536 characters." in text
+    shown = text[text.index("<pre>") + 5 : text.index("</pre>")]
+    assert shown.count("&lt;") < 65536 and "<" not in shown.replace("&lt;", "")
+
+    resp, _ = await browser.post(f"/ui/endpoints/{endpoint.slug}/revoke")
+    assert resp.status == 303
+    resp, text = await browser.get("/ui?state=dead")
+    assert resp.status == 200 and "big one" in text and '<span class="badge dead">dead letter</span>' in text
+
+
+async def test_head_requests_get_the_same_status_and_headers(browser: Browser, db: Any) -> None:
+    resp, _ = await browser.request("HEAD", "/ui")
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    await browser.login(await human(db, "ada"))
+    for path in ("/ui", "/ui/endpoints", "/ui/teams", "/ui/static/app.css"):
+        resp, _ = await browser.request("HEAD", path)
+        assert resp.status == 200, path
+        assert_ui_headers(resp)

@@ -236,6 +236,8 @@ def field(
 
 def secret_field(name: str, label: str, *, note: str | Safe | None = None, **attrs: str | bool) -> Safe:
     """A labelled password input. It takes no value: a secret is never written into a page."""
+    if "value" in attrs:
+        raise TypeError("secret_field() takes no value: a secret is never written into a page")
     return _labelled_input(name, label, "password", note, {"autocomplete": "off", **attrs})
 
 
