@@ -166,6 +166,8 @@ async def instance(
             sb.process.kill()
             await sb.process.wait()
     log = sb.log()
+    # The access log was captured (so the search below means something), ingest tokens shortened.
+    assert '"POST /webhooks/wh_' in log and "…" in log, log
     assert "Traceback" not in log, log
     for secret in sb.secrets:
         assert secret not in log, "a secret reached the server log"
@@ -338,7 +340,11 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         )
         assert status == 202 and routed_human["created"] == 1
         human_todo = routed_human["todos"][0]["id"]
-        assert (await listener.next_ring(timeout=10)).meta["todo_id"] == human_todo
+        # A todo may be rung more than once while it is pending (a hint, not the record), so rings
+        # for the first todo may still be queued; the next new one is the person's comment.
+        while (heard := await listener.next_ring(timeout=10)).meta["todo_id"] == todo_id:
+            pass
+        assert heard.meta["todo_id"] == human_todo
         assert await listener.silence(0.5), "the echo must not ring"
 
         # The operator API (docs/api.md) shows the reply on the todo, never the text or the token.
