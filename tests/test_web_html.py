@@ -72,6 +72,8 @@ def test_a_secret_field_has_no_value_to_refill() -> None:
     assert "value=" not in out
     with pytest.raises(TypeError):
         secret_field("secret", "Secret", value="hunter2")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        field("secret", "Secret", "hunter2", type_="password")
 
 
 @pytest.mark.parametrize(

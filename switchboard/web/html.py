@@ -3,7 +3,7 @@
 The one rule: ``h(template, **values)`` escapes every value unless it is ``Safe``, and only this
 package makes ``Safe`` (from literals it wrote, or from values it escaped). Payload-derived text —
 todo titles, reply displays, payloads, names — therefore reaches a page only as text. Widgets here
-take plain values and escape them the same way; none takes a string of raw markup or attributes.
+take plain values and escape them the same way; where one takes markup, its type says ``Safe``.
 """
 
 from __future__ import annotations
@@ -231,6 +231,8 @@ def field(
     **attrs: str | int | bool | None,
 ) -> Safe:
     """A labelled input that shows ``value`` (a refused form comes back filled in)."""
+    if type_ == "password":
+        raise TypeError("a password input shows no value: use secret_field()")
     return _labelled_input(name, label, type_, note, {**attrs, "value": str(value)})
 
 

@@ -80,14 +80,7 @@ def webhook_actions(viewer: Viewer, w: Mapping[str, Any], secret_kind: str) -> S
                 fields=PROVIDER_SECRET_INPUT,
             )
         )
-    parts.append(
-        action_form(
-            viewer,
-            f"{base}/routes",
-            "Add route",
-            fields=ROUTE_INPUT,
-        )
-    )
+    parts.append(action_form(viewer, f"{base}/routes", "Add route", fields=ROUTE_INPUT))
     parts.append(action_form(viewer, f"{base}/delete", "Delete", cls="danger"))
     return h('<div class="actions">{p}</div>', p=join(parts))
 
