@@ -82,7 +82,7 @@ class Instance:
         assert isinstance(answer, dict)
         return answer
 
-    async def start(self) -> None:
+    async def launch(self) -> None:
         log = self.log_path.open("wb")
         try:
             self.process = await asyncio.create_subprocess_exec(
@@ -91,6 +91,10 @@ class Instance:
         finally:
             # The child holds its own descriptor.
             log.close()
+
+    async def ready(self) -> None:
+        """Wait for `/healthz`. The CLI needs no server, so set-up runs while it starts."""
+        assert self.process is not None
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         async with aiohttp.ClientSession() as http:
             while time.monotonic() < deadline:
@@ -157,7 +161,7 @@ async def instance(
     assert isinstance(key, str) and key
     sb.env["SWITCHBOARD_SECRET_ENCRYPTION_KEY"] = key
     sb.secrets.append(key)
-    await sb.start()
+    await sb.launch()
     try:
         yield sb
         assert await sb.stop() == 0, sb.log()
@@ -185,6 +189,7 @@ async def _first_steps(sb: Instance) -> tuple[str, dict[str, Any]]:
     assert vended["mcp_url"] == f"{sb.base_url}/mcp"
     assert "reply" in vended["endpoint"]["verbs"]
     sb.secrets += [sbo, vended["token"]]
+    await sb.ready()
     return sbo, vended
 
 
