@@ -34,6 +34,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 
 from switchboard import doorbell, tenancy, todos
 from switchboard.app import SERVICES, Services, periodic
@@ -255,6 +256,27 @@ def validation_message(name: str, arguments: dict[str, Any]) -> str | None:
     return f"{where} is invalid ({kind})"
 
 
+# Arguments that are free-form JSON, stored as JSON documents (where a NUL is just an escape).
+_FREE_FORM_ARGUMENTS = frozenset({"result", "config"})
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def nul_message(arguments: dict[str, Any]) -> str | None:
+    """PostgreSQL text cannot hold NUL: refuse it up front (as the operator API does), rather than
+    let a lookup or an insert fail inside the database as an internal error."""
+    for key in sorted(arguments):
+        if key not in _FREE_FORM_ARGUMENTS and _has_nul(arguments[key]):
+            return f"{key} must not contain NUL characters"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Verb handlers: (services, endpoint, arguments) -> result dict.
 
@@ -425,7 +447,7 @@ def build_server(services: Services) -> Server[Any]:
             return tool_error("invalid_argument", f"unknown tool {name[:64]!r}")
         if name not in endpoint.verbs:
             return tool_error("forbidden", f"{name} is not granted to this endpoint")
-        problem = validation_message(name, arguments)
+        problem = validation_message(name, arguments) or nul_message(arguments)
         if problem is not None:
             return tool_error("invalid_argument", problem)
         try:
@@ -435,7 +457,8 @@ def build_server(services: Services) -> Server[Any]:
         except ImportError:
             log.exception("tool %s is not available", name)
             return tool_error("unavailable", f"{name} is not available on this server yet")
-        except DatabaseUnavailable:
+        except (DatabaseUnavailable, OSError):
+            # OSError: the driver could not connect at all (PostgreSQL down, refused).
             return tool_error("unavailable", "the database is unavailable; retry shortly")
         except Exception:
             # Never a traceback to the agent; the log has it (messages carry no secret).
@@ -546,6 +569,10 @@ def _jsonrpc_error(status: int, message: str, code: int = -32600) -> web.Respons
     )
 
 
+def _is_json(content_type: str | None) -> bool:
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
 def _unauthorized(message: str) -> web.Response:
     return web.json_response(
         {"error": "unauthorized", "message": message}, status=401, headers={"WWW-Authenticate": "Bearer"}
@@ -604,7 +631,8 @@ class McpService:
             return _unauthorized("an endpoint token is required: Authorization: Bearer sbk_…")
         try:
             endpoint = await tenancy.endpoint_by_token(self.services.db, token)
-        except DatabaseUnavailable:
+        except (DatabaseUnavailable, DBAPIError, OSError):
+            # OSError: the driver could not connect at all; DBAPIError: it lost the connection.
             return web.json_response({"error": "unavailable", "message": "database unavailable"}, status=503)
         if endpoint is None:
             return _unauthorized("unknown, revoked or expired endpoint token")
@@ -619,6 +647,9 @@ class McpService:
                 {"error": "payload_too_large", "message": "MCP request bodies are limited to 4 MiB"},
                 status=413,
             )
+        if request.method == "POST" and not _is_json(request.headers.get("Content-Type")):
+            # The SDK would answer this in plain text; every error here is JSON.
+            return _jsonrpc_error(415, "Unsupported Media Type: Content-Type must be application/json")
         extra = {SCOPE_ENDPOINT: endpoint}
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
