@@ -24,10 +24,11 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from sqlalchemy import delete, exists, or_, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from switchboard.app import Services, periodic, services_of
-from switchboard.db import utcnow
+from switchboard.db import DatabaseUnavailable, utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
 from switchboard.models import Endpoint, Event, Route, Todo, Webhook
@@ -455,6 +456,11 @@ async def handle_webhook(request: web.Request) -> web.Response:
         response, disposition = outcome.response, outcome.disposition
     except Refusal as refusal:
         response = refusal.response()
+    except (DatabaseUnavailable, OperationalError, InterfaceError, PoolTimeout, OSError) as exc:
+        # The database is down, locked or out of connections: nothing was acknowledged, so the
+        # sender's retry loses nothing. A 503 tells it to retry; a 500 would look like our bug.
+        log.warning("ingest: database unavailable (%s); answered 503", type(exc).__name__)
+        response = Refusal(503, "unavailable", "the database is unavailable; retry later").response()
     source = seen["source"]
     services.metrics.inc(
         "switchboard_ingest_total", source=source, status=str(response.status), disposition=disposition
