@@ -12,13 +12,50 @@ import re
 from typing import Any
 
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web import BaseRequest, StreamResponse
 
-_INGEST_PATH = re.compile(r"(/webhooks/)([A-Za-z0-9_-]{0,8})[A-Za-z0-9_-]*")
+# Whatever follows ``/webhooks/`` (any case, any number of slashes) up to the query is treated as
+# the token: a mistyped path such as ``/webhooks//wh_…`` still carries a real one.
+_INGEST_PATH = re.compile(r"(/webhooks/+)([^/?#\s'\"]{0,8})[^?#\s'\"]*", re.IGNORECASE)
 
 
 def redact_path(path: str) -> str:
     return _INGEST_PATH.sub(r"\1\2…", path)
+
+
+class RedactingFilter(logging.Filter):
+    """Applied to every record the process logs: ingest tokens are shortened in messages and
+    tracebacks alike (aiohttp's parser, for one, quotes the request line of a malformed request).
+
+    A request the HTTP parser refused is the client's mistake, not ours: one warning line, no
+    traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
+            client = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "bad HTTP request from %s refused by the parser: %s (%s)"
+            detail = " ".join(redact_path(str(exc)).split())[:200]
+            record.args = (client, type(exc).__name__, detail)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:
+            # A malformed call (arguments not matching its format): the handler reports that
+            # itself; a filter must never raise into the code that logged.
+            return True
+        redacted = redact_path(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_path(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = redact_path(record.exc_text)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,13 +66,17 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        if record.exc_info:
+        if record.exc_text:
+            # Already formatted (and redacted) by RedactingFilter.
+            data["exc"] = record.exc_text
+        elif record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data)
 
 
 def configure_logging(level: int, as_json: bool = False) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(RedactingFilter())
     handler.setFormatter(
         JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
