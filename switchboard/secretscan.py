@@ -13,10 +13,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from urllib.parse import unquote
 
-# A token must not be glued to more token characters on either side ("xghp_…" is not a token).
-_L = r"(?<![A-Za-z0-9_])"
-_R = r"(?![A-Za-z0-9_])"
+# A token must not be glued to more letters or digits on either side ("xghp_…" is not a token).
+# An underscore is a boundary: Markdown italics (`_ghp_…_`) and env-style names (`MY_ghp_…`) are
+# exactly where a pasted token sits.
+_L = r"(?<![A-Za-z0-9])"
+_R = r"(?![A-Za-z0-9])"
 
 
 @dataclass(frozen=True)
@@ -118,14 +121,33 @@ def shannon_entropy(text: str) -> float:
     return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
 
 
+# A backslash escape as written in a string literal or JSON (backslash, "n", then the token): its
+# letter would otherwise glue onto the token that follows.
+_ESCAPE = re.compile(r"\\[nrtfvb0]")
+
+
+def _views(text: str) -> list[str]:
+    """The text as written, and as a reader (or a browser) would decode it: percent-escapes of a
+    URL undone (`?t=%3Dghp_…`, `%0Aghp_…`), backslash escapes turned into spaces."""
+    views = [text]
+    if "%" in text:
+        decoded = unquote(text)
+        if decoded != text:
+            views.append(decoded)
+    if "\\" in text:
+        views.extend(v for v in (_ESCAPE.sub(" ", view) for view in list(views)) if v not in views)
+    return views
+
+
 def scan(text: str) -> Rule | None:
     """The first rule ``text`` matches, or None. Never returns or logs the match itself."""
-    for rule in RULES:
-        if rule.id == "private-key":
-            if _pem_blocks(rule, text):
-                return rule
-            continue
-        for match in rule.pattern.finditer(text):
-            if shannon_entropy(match.group(rule.group)) >= rule.min_entropy:
-                return rule
+    for view in _views(text):
+        for rule in RULES:
+            if rule.id == "private-key":
+                if _pem_blocks(rule, view):
+                    return rule
+                continue
+            for match in rule.pattern.finditer(view):
+                if shannon_entropy(match.group(rule.group)) >= rule.min_entropy:
+                    return rule
     return None
