@@ -833,8 +833,13 @@ def _parse_payload(raw: str | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise invalid(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except ValueError:
+        # e.g. an integer literal longer than Python converts (4300 digits).
+        raise invalid("--payload is not valid JSON (a number is too long)") from None
+    except RecursionError:
+        raise invalid("--payload is not valid JSON (nested too deeply)") from None
 
 
 @todo_group.command("push")
