@@ -1,0 +1,282 @@
+"""Adversarial QA: inputs the feature tests did not imagine, each found against the running product.
+
+Every test here reproduces one finding: a NUL character that PostgreSQL refuses, a body the MCP
+transport answered in plain text, a database outage that surfaced as a 500, a secret hidden in a URL
+or an escape sequence, an ingest token printed by the HTTP parser's error log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import string
+from typing import Any
+
+import aiohttp
+import pytest
+from click.testing import CliRunner
+from mcp_client import add_todo, connect, vend
+
+from switchboard import secretscan, tenancy
+from switchboard.app import Services
+from switchboard.db import Database
+from switchboard.logs import RedactingFilter, redact_path
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "qa", "version": "1"},
+    },
+}
+ACCEPT = "application/json, text/event-stream"
+UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
+
+
+# ---------------------------------------------------------------------------------------------
+# /mcp
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("get_todo", {"todo_id": "td_\x00"}),
+        ("claim", {"todo_id": "a\x00b"}),
+        ("complete", {"todo_id": "\x00"}),
+        ("reply", {"todo_id": "\x00", "text": "hello"}),
+        ("rotate_connection", {"connection_id": "cn_\x00", "secret": "s"}),
+        ("delete_connection", {"connection_id": "\x00"}),
+        (
+            "create_connection",
+            {
+                "kind": "github",
+                "name": "n",
+                "account_key": "github.com",
+                "secret": "s",
+                "endpoints": ["\x00"],
+            },
+        ),
+    ],
+)
+async def test_a_nul_in_a_tool_argument_is_invalid_argument_on_every_engine(
+    services: Services, base_url: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    # PostgreSQL text cannot hold NUL: these answered `internal` there before.
+    endpoint, token = await vend(services.db, families=["basics", "reply", "connections"])
+    async with connect(base_url, token, endpoint) as agent:
+        error = await agent.error(tool, **arguments)
+    assert error["error"] == "invalid_argument"
+    assert "NUL" in error["message"]
+
+
+async def test_a_nul_inside_a_result_is_data_not_an_argument_error(services: Services, base_url: str) -> None:
+    endpoint, token = await vend(services.db)
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        done = await agent.ok("complete", todo_id=todo.id, result={"note": "a\x00b"})
+    assert done["state"] == "done"
+
+
+async def _open_session(http: aiohttp.ClientSession, base_url: str, token: str) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
+    async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
+        assert resp.status == 200
+        session_id = resp.headers["Mcp-Session-Id"]
+        await resp.read()
+    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-06-18"}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+async def test_mcp_post_with_a_wrong_content_type_gets_a_json_rpc_error(
+    services: Services, base_url: str, content_type: str | None
+) -> None:
+    _, token = await vend(services.db)
+    async with aiohttp.ClientSession() as http:
+        headers = await _open_session(http, base_url, token)
+        if content_type is None:
+            headers.pop("Content-Type")
+        else:
+            headers["Content-Type"] = content_type
+        body = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode()
+        async with http.post(f"{base_url}/mcp", data=body, headers=headers) as resp:
+            assert resp.status == 415
+            assert resp.content_type == "application/json"
+            answer = await resp.json()
+    assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] == -32600
+    assert "application/json" in answer["error"]["message"]
+
+
+async def test_mcp_answers_503_json_while_the_database_is_unreachable(
+    services: Services, base_url: str
+) -> None:
+    _, token = await vend(services.db)
+    real = services.db
+    services.db = Database(UNREACHABLE)
+    try:
+        async with aiohttp.ClientSession() as http:
+            headers = {
+                "Authorization": f"Bearer {token}",
+                "Accept": ACCEPT,
+                "Content-Type": "application/json",
+            }
+            async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
+                assert resp.status == 503
+                assert (await resp.json())["error"] == "unavailable"
+    finally:
+        await services.db.dispose()
+        services.db = real
+
+
+# ---------------------------------------------------------------------------------------------
+# Ingest
+
+
+async def test_ingest_answers_503_json_while_the_database_is_unreachable(
+    services: Services, base_url: str
+) -> None:
+    db = services.db
+    await tenancy.add_human(db, "ada")
+    await tenancy.vend_endpoint(db, name="ada-agent", owner=await tenancy.resolve_owner(db, human="ada"))
+    created = await tenancy.create_webhook(
+        db, services.vault, services.providers, endpoint_slug="ada-agent", source="generic"
+    )
+    services.db = Database(UNREACHABLE)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{base_url}/webhooks/{created.ingest_token}", json={"a": 1}) as resp:
+                assert resp.status == 503
+                answer = await resp.json()
+        assert answer["error"] == "unavailable"
+        assert created.ingest_token not in json.dumps(answer)
+    finally:
+        await services.db.dispose()
+        services.db = db
+    # The sender's retry, once the database is back, is stored.
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base_url}/webhooks/{created.ingest_token}", json={"a": 1}) as resp:
+            assert resp.status == 202 and (await resp.json())["created"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs: an ingest token is a credential and travels in the path
+
+
+TOKEN = "wh_" + "Q" * 32
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/webhooks/{TOKEN}",
+        f"/webhooks//{TOKEN}",
+        f"/WEBHOOKS/{TOKEN}",
+        f"/webhooks/{TOKEN}/extra",
+        f"//webhooks/{TOKEN}?x=1",
+    ],
+)
+def test_every_spelling_of_an_ingest_path_is_redacted(path: str) -> None:
+    redacted = redact_path(path)
+    assert TOKEN not in redacted and TOKEN[:8] in redacted
+
+
+def test_the_log_filter_redacts_an_http_parser_error_naming_the_request_line() -> None:
+    """aiohttp logs an over-long request line (the whole ingest URL) with a traceback."""
+    from aiohttp.http_exceptions import LineTooLong
+
+    try:
+        raise LineTooLong(f"/webhooks/{TOKEN}?x=aaaa"[:100] + "...", "8190")
+    except LineTooLong:
+        import sys
+
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "aiohttp.server",
+        logging.ERROR,
+        __file__,
+        1,
+        "Error handling request from %s",
+        ("127.0.0.1",),
+        exc_info,
+    )
+    assert RedactingFilter().filter(record)
+    text = logging.Formatter().format(record)
+    assert TOKEN not in text
+    assert "Traceback" not in text and "\n" not in text
+    assert record.levelno == logging.WARNING and "127.0.0.1" in text
+
+
+def test_the_log_filter_redacts_tokens_in_any_message_and_traceback() -> None:
+    try:
+        raise RuntimeError(f"failed on /webhooks/{TOKEN}")
+    except RuntimeError:
+        import sys
+
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "switchboard.x", logging.ERROR, __file__, 1, "posting to %s", (f"/webhooks/{TOKEN}",), exc_info
+    )
+    assert RedactingFilter().filter(record)
+    from switchboard.logs import JsonFormatter
+
+    for formatter in (logging.Formatter(), JsonFormatter()):
+        text = formatter.format(record)
+        assert TOKEN not in text and "RuntimeError" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Secret scan: where a pasted token really sits in a reply
+
+_rng = random.Random(20261130)
+
+
+def _token() -> str:
+    return "gh" + "p_" + "".join(_rng.choice(string.ascii_letters + string.digits) for _ in range(36))
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "```\n{t}\n```",
+        "https://x-access-token:{t}@github.com/acme/api.git",
+        "https://api.example.com/v1?token={t}&page=2",
+        "curl 'https://api.example.com/?q=token%3D{t}'",
+        "https://example.com/a%20{t}%0A",
+        "italic _{t}_ in Markdown",
+        "GITHUB_TOKEN=MY_{t}",
+        'print("first line\\n{t}")',
+        '{{"config": "a\\t{t}"}}',
+    ],
+)
+def test_a_token_in_a_code_fence_url_or_escape_is_caught(wrap: str) -> None:
+    found = secretscan.scan(wrap.format(t=_token()))
+    assert found is not None and found.id == "github-pat"
+
+
+def test_a_token_glued_to_letters_is_still_not_one() -> None:
+    assert secretscan.scan("x" + _token()) is None
+    assert secretscan.scan("100%25 done, the 50%20 rule, a\\nb") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+@pytest.mark.parametrize("payload", ["[" * 100_000, "1" * 5000])
+def test_cli_todo_push_with_a_hostile_payload_is_one_line(
+    tmp_path: Any, monkeypatch: Any, payload: str
+) -> None:
+    from switchboard.cli import main
+
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'none.db'}")
+    result = CliRunner().invoke(
+        main, ["todo", "push", "--endpoint", "x", "--title", "t", "--payload", payload]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("error: invalid_argument: --payload is not valid JSON")
+    assert result.exception is None or isinstance(result.exception, SystemExit)
