@@ -237,6 +237,15 @@ async def _ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+async def _error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
+    body = result.structured_content
+    assert isinstance(body, dict)
+    assert result.content[0].text == f"{body['error']}: {body['message']}"  # type: ignore[union-attr]
+    return body
+
+
 async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider) -> None:
     sb = instance
     sbo, vended = await _first_steps(sb)
@@ -295,6 +304,10 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         }
         assert todo_id in ring.content
 
+        # The refusals an agent meets first are tool errors with stable codes, and dial nothing.
+        refused_reply = await _error(agent, "reply", todo_id=todo_id, text="On it.")
+        assert refused_reply["error"] == "not_claimed"
+
         claimed = (await _ok(agent, "claim_next", queue=ring.meta["queue"]))["todo"]
         assert claimed["id"] == todo_id and claimed["state"] == "claimed"
         assert (
@@ -305,6 +318,13 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         assert claimed["payload"]["issue"]["number"] == 1
         done = await _ok(agent, "complete", todo_id=todo_id, summary="typo fixed")
         assert done["state"] == "done"
+
+        leaked = "ghp_" + hashlib.sha256(b"e2e").hexdigest()[:36]
+        sb.secrets.append(leaked)
+        blocked = await _error(agent, "reply", todo_id=todo_id, text=f"use this token: {leaked}")
+        assert blocked["error"] == "secret_detected" and blocked["rule"] == "github-pat"
+        assert leaked not in json.dumps(blocked)
+        assert fake_github.posts() == []
 
         # Within the grace window after completing, the agent answers the issue it came from.
         text = "Fixed the typo in #2 — thanks for the report!"
