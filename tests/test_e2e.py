@@ -142,7 +142,8 @@ async def fake_slack() -> AsyncIterator[FakeProvider]:
 async def instance(
     database_url: str, tmp_path: Path, fake_github: FakeProvider, fake_slack: FakeProvider
 ) -> AsyncIterator[Instance]:
-    """README's order: a key first (the server needs it to open secrets), then serve, then set up."""
+    """README's order: a key first (the server needs it to open secrets), then serve; the test's CLI
+    set-up runs while the server starts, and waits for `/healthz` before it speaks HTTP."""
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
