@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard import metrics as metrics_mod
 from switchboard.db import Database, DatabaseUnavailable
@@ -137,6 +139,19 @@ async def json_errors(
             status=exc.status,
             headers={k: v for k, v in exc.headers.items() if k == "Allow"},
         )
+    except (HttpProcessingError, RequestPayloadError) as exc:
+        # A body that cannot be read (a Content-Encoding that does not decode, broken chunking):
+        # the client's mistake. The connection is closed, since the rest of the body is unreadable.
+        log.info("unreadable request body on %s: %s", request.method, type(exc).__name__)
+        response = web.json_response(
+            {
+                "error": "invalid_body",
+                "message": "the request body could not be read (bad encoding or framing)",
+            },
+            status=400,
+        )
+        response.force_close()
+        return response
     except asyncio.CancelledError:
         raise
     except Exception:

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDictProxy
 from sqlalchemy import delete, exists, or_, select
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
@@ -95,15 +96,26 @@ class Refusal(Exception):
     """An answer that ends ingest early; nothing has been stored when one is raised."""
 
     def __init__(
-        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(code)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        # Close the connection after answering: the rest of the body cannot be read anyway.
+        self.close = close
 
     def response(self) -> web.Response:
-        return web.json_response(
+        response = web.json_response(
             {"error": self.code, "message": self.message}, status=self.status, headers=self.headers
         )
+        if self.close:
+            response.force_close()
+        return response
 
 
 @dataclass(frozen=True)
@@ -191,9 +203,10 @@ async def _read_body(request: web.Request) -> bytes:
             if size > MAX_BODY_BYTES:
                 raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
             chunks.append(chunk)
-    except (HttpProcessingError, ConnectionError):
-        # A truncated or malformed chunked body, or the sender hung up: nothing to store.
-        raise Refusal(400, "invalid_body", "the body was cut off or malformed") from None
+    except (HttpProcessingError, RequestPayloadError, ConnectionError):
+        # A truncated or malformed chunked body, a Content-Encoding that does not decode, or the
+        # sender hung up: nothing to store.
+        raise Refusal(400, "invalid_body", "the body was cut off or malformed", close=True) from None
     return b"".join(chunks)
 
 

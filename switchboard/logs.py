@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web import BaseRequest, StreamResponse
+from aiohttp.web_protocol import RequestPayloadError
 
 # Whatever follows ``/webhooks/`` (any case, any number of slashes) up to the query is treated as
 # the token: a mistyped path such as ``/webhooks//wh_…`` still carries a real one.
@@ -34,7 +35,7 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
+        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError | RequestPayloadError):
             client = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
             record.msg = "bad HTTP request from %s refused by the parser: %s (%s)"
             detail = " ".join(redact_path(str(exc)).split())[:200]
