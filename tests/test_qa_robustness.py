@@ -17,11 +17,13 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 from mcp_client import add_todo, connect, vend
+from sqlalchemy import func, select
 
 from switchboard import secretscan, tenancy
 from switchboard.app import Services
 from switchboard.db import Database
 from switchboard.logs import RedactingFilter, redact_path
+from switchboard.models import Team, Todo
 
 INIT = {
     "jsonrpc": "2.0",
@@ -130,6 +132,51 @@ async def test_mcp_answers_503_json_while_the_database_is_unreachable(
     finally:
         await services.db.dispose()
         services.db = real
+
+
+async def test_a_get_stream_with_last_event_id_opens_a_fresh_stream(
+    services: Services, base_url: str
+) -> None:
+    # No event store: the SDK answered nothing and the bridge turned that into a 500.
+    _, token = await vend(services.db)
+    async with aiohttp.ClientSession() as http:
+        headers = await _open_session(http, base_url, token)
+        get_headers = {**headers, "Accept": "text/event-stream", "Last-Event-ID": "no-such-event"}
+        get_headers.pop("Content-Type")
+        async with http.get(f"{base_url}/mcp", headers=get_headers) as resp:
+            assert resp.status == 200
+            assert resp.content_type == "text/event-stream"
+
+
+GZIP_JUNK = b"\x1f\x8bnot gzip at all"
+
+
+@pytest.mark.parametrize("where", ["mcp", "api", "ingest"])
+async def test_a_body_whose_content_encoding_does_not_decode_is_400_json(
+    services: Services, base_url: str, where: str
+) -> None:
+    db = services.db
+    human, human_token = await tenancy.add_human(db, "ada")
+    endpoint, token = await vend(db, owner=tenancy.Owner(human_id=human.id))
+    created = await tenancy.create_webhook(
+        db, services.vault, services.providers, endpoint_slug=endpoint.slug, source="generic"
+    )
+    url, headers = {
+        "mcp": (f"{base_url}/mcp", {"Authorization": f"Bearer {token}", "Accept": ACCEPT}),
+        "api": (f"{base_url}/api/v1/teams", {"Authorization": f"Bearer {human_token}"}),
+        "ingest": (f"{base_url}/webhooks/{created.ingest_token}", {}),
+    }[where]
+    headers = {**headers, "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, data=GZIP_JUNK, headers=headers) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"] == "invalid_body"
+        # Nothing was stored, and the server still answers.
+        async with http.get(f"{base_url}/healthz") as resp:
+            assert resp.status == 200
+    async with db.read() as s:
+        assert (await s.scalar(select(func.count()).select_from(Todo))) == 0
+        assert (await s.scalar(select(func.count()).select_from(Team))) == 0
 
 
 # ---------------------------------------------------------------------------------------------
