@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
 
@@ -511,18 +512,32 @@ async def _asgi(
                 await asyncio.wait_for(done.wait(), 0.5)
         return {"type": "http.disconnect"}
 
+    # The SDK answers a few refusals (a method it does not serve, an Accept it cannot meet) with
+    # an empty or plain-text body; those are collected and answered as a JSON-RPC error instead.
+    plain_error: dict[str, Any] = {}
+
     async def send(message: dict[str, Any]) -> None:
         nonlocal response
         if done.is_set():
             return
         try:
             if message["type"] == "http.response.start":
-                response = web.StreamResponse(status=message["status"])
-                for key, value in message.get("headers", []):
-                    response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+                status, headers = message["status"], message.get("headers", [])
                 if on_start is not None:
-                    on_start(message["status"])
+                    on_start(status)
+                content_type = b"".join(v for k, v in headers if k.lower() == b"content-type")
+                if status >= 400 and b"json" not in content_type.lower():
+                    allow = b"".join(v for k, v in headers if k.lower() == b"allow")
+                    plain_error.update(status=status, body=b"", allow=allow.decode("latin-1"))
+                    return
+                response = web.StreamResponse(status=status)
+                for key, value in headers:
+                    response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
                 await response.prepare(request)
+            elif message["type"] == "http.response.body" and plain_error:
+                plain_error["body"] = (plain_error["body"] + message.get("body", b""))[:500]
+                if not message.get("more_body", False):
+                    done.set()
             elif message["type"] == "http.response.body" and response is not None:
                 chunk = message.get("body", b"")
                 if chunk:
@@ -561,6 +576,14 @@ async def _asgi(
         await app(scope, receive, send)
     finally:
         done.set()
+    if plain_error:
+        status = plain_error["status"]
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "error"
+        text = plain_error["body"].decode("utf-8", "replace").strip() or phrase
+        error = _jsonrpc_error(status, text[:200])
+        if plain_error["allow"]:
+            error.headers["Allow"] = plain_error["allow"]
+        return error
     if response is None:
         return web.json_response(
             {"error": "internal", "message": "no response from the MCP transport"}, status=500
