@@ -113,6 +113,35 @@ async def test_mcp_post_with_a_wrong_content_type_gets_a_json_rpc_error(
     assert "application/json" in answer["error"]["message"]
 
 
+STATELESS = "2026-07-28"
+
+
+@pytest.mark.parametrize(
+    ("method", "accept", "status"),
+    [("GET", ACCEPT, 405), ("DELETE", ACCEPT, 405), ("POST", "text/html", 406)],
+)
+async def test_the_stateless_revision_refuses_in_json_too(
+    services: Services, base_url: str, method: str, accept: str, status: int
+) -> None:
+    # The SDK's stateless entry answered these with an empty body.
+    _, token = await vend(services.db)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": accept,
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": STATELESS,
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with aiohttp.ClientSession() as http:
+        async with http.request(method, f"{base_url}/mcp", json=body, headers=headers) as resp:
+            assert resp.status == status
+            assert resp.content_type == "application/json"
+            answer = await resp.json()
+            if status == 405:
+                assert "POST" in resp.headers.get("Allow", "")
+    assert answer["jsonrpc"] == "2.0" and answer["error"]["message"]
+
+
 async def test_mcp_answers_503_json_while_the_database_is_unreachable(
     services: Services, base_url: str
 ) -> None:
