@@ -87,10 +87,24 @@ def run(coro: Awaitable[T]) -> T:
     raise AssertionError("unreachable")
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Usage errors too are one line on stderr (click's own are three), exit code 2."""
         kwargs.pop("standalone_mode", None)
+        argv = kwargs.get("args", args[0] if args else None)
+        for arg in sys.argv[1:] if argv is None else argv:
+            # Bytes that are not UTF-8 arrive as lone surrogates and would fail deep in a driver.
+            if isinstance(arg, str) and not _encodes(arg):
+                click.echo("error: usage: a command-line argument is not valid UTF-8", err=True)
+                sys.exit(2)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
