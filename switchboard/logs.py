@@ -36,10 +36,11 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError | RequestPayloadError):
-            client = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-            record.msg = "bad HTTP request from %s refused by the parser: %s (%s)"
+            # "Error handling request from %s" names the client; "Unhandled exception" does not.
+            client = record.args[0] if isinstance(record.args, tuple) and record.args else None
             detail = " ".join(redact_path(str(exc)).split())[:200]
-            record.args = (client, type(exc).__name__, detail)
+            record.msg = "bad HTTP request%s refused: %s (%s)"
+            record.args = (f" from {client}" if client else "", type(exc).__name__, detail)
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.exc_info, record.exc_text = None, None
             return True
