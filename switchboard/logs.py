@@ -41,7 +41,9 @@ class RedactingFilter(logging.Filter):
             detail = " ".join(redact_path(str(exc)).split())[:200]
             record.msg = "bad HTTP request%s refused: %s (%s)"
             record.args = (f" from {client}" if client else "", type(exc).__name__, detail)
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            if record.levelno > logging.WARNING:
+                # Lowered, never raised (a stray non-HTTP probe is logged at DEBUG).
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.exc_info, record.exc_text = None, None
             return True
         try:
