@@ -35,7 +35,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from switchboard import doorbell, tenancy, todos
 from switchboard.app import SERVICES, Services, periodic
@@ -458,8 +459,9 @@ def build_server(services: Services) -> Server[Any]:
         except ImportError:
             log.exception("tool %s is not available", name)
             return tool_error("unavailable", f"{name} is not available on this server yet")
-        except (DatabaseUnavailable, OSError):
-            # OSError: the driver could not connect at all (PostgreSQL down, refused).
+        except (DatabaseUnavailable, OperationalError, InterfaceError, PoolTimeout, OSError):
+            # The driver could not connect (OSError), lost its connection, found the database
+            # locked or read-only, or the pool had no connection to give.
             return tool_error("unavailable", "the database is unavailable; retry shortly")
         except Exception:
             # Never a traceback to the agent; the log has it (messages carry no secret).
