@@ -211,6 +211,27 @@ async def test_a_body_whose_content_encoding_does_not_decode_is_400_json(
         assert (await s.scalar(select(func.count()).select_from(Team))) == 0
 
 
+async def test_a_tool_call_on_a_read_only_database_is_unavailable(
+    services: Services, base_url: str, tmp_path: Any
+) -> None:
+    if services.db.dialect != "sqlite":
+        pytest.skip("a read-only SQLite file stands in for a database refusing writes")
+    endpoint, token = await vend(services.db)
+    todo = await add_todo(services.db, endpoint)
+    path = services.db.url.split("///", 1)[1]
+    real = services.db
+    async with connect(base_url, token, endpoint) as agent:
+        services.db = Database(f"sqlite+aiosqlite:///file:{path}?mode=ro&uri=true")
+        try:
+            error = await agent.error("claim", todo_id=todo.id)
+        finally:
+            await services.db.dispose()
+            services.db = real
+        assert error["error"] == "unavailable"
+        # Nothing was half-done: the todo can be claimed once the database takes writes again.
+        assert (await agent.ok("claim", todo_id=todo.id))["state"] == "claimed"
+
+
 # ---------------------------------------------------------------------------------------------
 # Ingest
 
