@@ -161,15 +161,21 @@ def serve(as_json: bool) -> None:
     logging.getLogger("switchboard").info(
         "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
     )
-    web.run_app(
-        make_app(services),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        access_log_class=RedactingAccessLogger,
-        handle_signals=True,
-        shutdown_timeout=10,
-    )
+    try:
+        web.run_app(
+            make_app(services),
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            access_log_class=RedactingAccessLogger,
+            handle_signals=True,
+            shutdown_timeout=10,
+        )
+    except OSError as exc:
+        # Binding failed (port taken, address not on this host, name not resolvable): the
+        # operator's setting, so one line naming it rather than a traceback.
+        reason = exc.strerror or type(exc).__name__
+        fail(f"unavailable: cannot listen on {settings.host}:{settings.port} ({reason})")
 
 
 @main.group("db")
