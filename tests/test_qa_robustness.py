@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import socket
 import string
 import subprocess
 import sys
@@ -392,3 +393,22 @@ def test_cli_argument_that_is_not_utf8_is_a_usage_line(tmp_path: Any, argv: list
     proc = subprocess.run(command, env=env, capture_output=True, timeout=60)  # noqa: S603 (our own CLI)
     assert proc.returncode == 2
     assert proc.stderr.decode() == "error: usage: a command-line argument is not valid UTF-8\n"
+
+
+@pytest.mark.parametrize("where", ["taken", "unresolvable"])
+def test_serve_that_cannot_listen_says_so_in_one_line(tmp_path: Any, where: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env["SWITCHBOARD_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        if where == "taken":
+            env.update(SWITCHBOARD_HOST="127.0.0.1", SWITCHBOARD_PORT=str(holder.getsockname()[1]))
+        else:
+            env.update(SWITCHBOARD_HOST="no-such-host.invalid", SWITCHBOARD_PORT="0")
+        command = [sys.executable, "-m", "switchboard", "serve"]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)  # noqa: S603
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: unavailable: cannot listen on ")
