@@ -9,6 +9,7 @@ the doorbell. The source kind is whatever a provider registered: nothing here na
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -41,6 +42,7 @@ from switchboard.vault import VaultError
 log = logging.getLogger("switchboard.ingest")
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
+BODY_READ_SECONDS = 30.0
 KEY_LIMIT = 200
 # Header names whose values are credentials or signatures: kept on the event as "[redacted]".
 _SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
@@ -198,11 +200,17 @@ def address_for(services: Services, delivery: Delivery, verdict: Verdict, verifi
 async def _read_body(request: web.Request) -> bytes:
     chunks, size = [], 0
     try:
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
-            chunks.append(chunk)
+        # A sender that stops mid-body must not hold the request (and its socket) open forever.
+        async with asyncio.timeout(BODY_READ_SECONDS):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise Refusal(
+            408, "request_timeout", f"the body did not arrive within {BODY_READ_SECONDS:g} s", close=True
+        ) from None
     except (HttpProcessingError, RequestPayloadError, ConnectionError):
         # A truncated or malformed chunked body, a Content-Encoding that does not decode, or the
         # sender hung up: nothing to store.
