@@ -7,6 +7,7 @@ or an escape sequence, an ingest token printed by the HTTP parser's error log.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -261,6 +262,34 @@ async def test_ingest_answers_503_json_while_the_database_is_unreachable(
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{base_url}/webhooks/{created.ingest_token}", json={"a": 1}) as resp:
             assert resp.status == 202 and (await resp.json())["created"] == 1
+
+
+async def test_a_sender_that_stalls_mid_body_gets_408_and_nothing_is_stored(
+    services: Services, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from switchboard import ingest
+
+    monkeypatch.setattr(ingest, "BODY_READ_SECONDS", 0.5)
+    db = services.db
+    await tenancy.add_human(db, "ada")
+    await tenancy.vend_endpoint(db, name="ada-agent", owner=await tenancy.resolve_owner(db, human="ada"))
+    created = await tenancy.create_webhook(
+        db, services.vault, services.providers, endpoint_slug="ada-agent", source="generic"
+    )
+    host, port = base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            f"POST /webhooks/{created.ingest_token} HTTP/1.1\r\nHost: {host}\r\n"
+            'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":'.encode()
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408")
+    finally:
+        writer.close()
+    async with db.read() as s:
+        assert (await s.scalar(select(func.count()).select_from(Todo))) == 0
 
 
 # ---------------------------------------------------------------------------------------------
