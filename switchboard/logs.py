@@ -87,6 +87,20 @@ def configure_logging(level: int, as_json: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # LOG_LEVEL=DEBUG is for Switchboard's own loggers. The database drivers log every statement
+    # with its parameters at DEBUG: request bodies, and a signing secret stored in plaintext when
+    # no encryption key is configured. They never go below INFO.
+    # SQLAlchemy's engine logs statements at INFO (its echo), so it stays at WARNING.
+    for name, floor in DRIVER_LOGGERS.items():
+        logging.getLogger(name).setLevel(max(level, floor))
+
+
+DRIVER_LOGGERS = {
+    "aiosqlite": logging.INFO,
+    "asyncpg": logging.INFO,
+    "sqlalchemy.engine": logging.WARNING,
+    "sqlalchemy.pool": logging.WARNING,
+}
 
 
 class RedactingAccessLogger(AbstractAccessLogger):
