@@ -441,3 +441,92 @@ def test_serve_that_cannot_listen_says_so_in_one_line(tmp_path: Any, where: str)
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: unavailable: cannot listen on ")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serve_at_debug_without_a_key_logs_no_secret(tmp_path: Any) -> None:
+    """A real `switchboard serve` at LOG_LEVEL=DEBUG with no encryption key (secrets stored in
+    plaintext). The SQLite driver logged every statement with its parameters at DEBUG (hundreds of
+    lines a second, sender-controlled titles and web CSRF tokens among them); bytes columns only
+    escaped by luck, as memoryview reprs."""
+    import asyncio as aio
+    import hashlib
+    import hmac
+    import signal
+    import time
+    import urllib.request
+
+    from switchboard import db as db_mod
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
+    db_mod.upgrade(url)
+
+    async def add_human() -> str:
+        database = Database(url)
+        try:
+            return (await tenancy.add_human(database, "ada"))[1]
+        finally:
+            await database.dispose()
+
+    human_token = aio.run(add_human())
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env.update(SWITCHBOARD_DATABASE_URL=url, SWITCHBOARD_PORT=str(port), SWITCHBOARD_LOG_LEVEL="DEBUG")
+    command = [sys.executable, "-m", "switchboard", "serve"]
+    # A file, not a pipe: an undrained pipe would block the server once its buffer is full.
+    log_path = tmp_path / "serve.log"
+    log_file = log_path.open("w")
+    proc = subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file)  # noqa: S603
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        data = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 (our own loopback server)
+            return json.load(resp)
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                call("GET", "/healthz")
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        auth = {"Authorization": f"Bearer {human_token}", "Content-Type": "application/json"}
+        vended = call("POST", "/api/v1/endpoints", {"name": "Ada Bot"}, auth)
+        hook = call("POST", "/api/v1/webhooks", {"endpoint": "ada-bot", "source": "github"}, auth)
+        body = json.dumps({"zen": "hi", "hook_id": 1}).encode()
+        signature = "sha256=" + hmac.new(hook["secret"].encode(), body, hashlib.sha256).hexdigest()
+        ingest_token = hook["ingest_url"].rsplit("/", 1)[1]
+        delivered = call(
+            "POST",
+            f"/webhooks/{ingest_token}",
+            body,
+            {
+                "X-Hub-Signature-256": signature,
+                "X-GitHub-Event": "ping",
+                "X-GitHub-Delivery": "d-1",
+                "Content-Type": "application/json",
+            },
+        )
+        assert delivered["disposition"] == "ignored"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log_file.close()
+    logs = log_path.read_text()
+    assert "DEBUG" in logs  # the level really was DEBUG
+    assert "aiosqlite" not in logs and "INSERT INTO" not in logs
+    for secret in (hook["secret"], vended["token"], human_token, ingest_token, signature.split("=")[1]):
+        assert secret not in logs
