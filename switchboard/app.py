@@ -16,6 +16,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from switchboard import metrics as metrics_mod
 from switchboard.db import Database, DatabaseUnavailable
@@ -72,6 +74,11 @@ def build_services(settings: Settings, providers: Providers | None = None) -> Se
     )
 
 
+# What an outage raises: the driver cannot connect (OSError, which a peer's socket can raise
+# too), loses or cannot get a connection (OperationalError, InterfaceError, pool TimeoutError).
+DATABASE_DOWN = (DatabaseUnavailable, OSError, OperationalError, InterfaceError, PoolTimeout)
+
+
 def periodic(
     name: str, interval: float, fn: Callable[[Services], Awaitable[Any]]
 ) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -85,13 +92,29 @@ def periodic(
         services = app[SERVICES]
 
         async def loop() -> None:
+            database_down = False
             while True:
                 try:
                     await fn(services)
                 except asyncio.CancelledError:
                     raise
+                except DATABASE_DOWN as exc:
+                    # An outage, not a bug: one line when it starts (not a traceback every pass).
+                    if not database_down:
+                        log.warning(
+                            "background task %s: the database (or a peer) is unreachable (%s); "
+                            "retrying every %ss",
+                            name,
+                            type(exc).__name__,
+                            interval,
+                        )
+                    database_down = True
                 except Exception:
                     log.exception("background task %s failed; retrying in %ss", name, interval)
+                else:
+                    if database_down:
+                        log.info("background task %s: working again", name)
+                    database_down = False
                 await asyncio.sleep(interval)
 
         task = asyncio.create_task(loop(), name=f"switchboard:{name}")
