@@ -8,6 +8,7 @@ or an escape sequence, an ingest token printed by the HTTP parser's error log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -232,6 +233,48 @@ async def test_a_tool_call_on_a_read_only_database_is_unavailable(
         assert error["error"] == "unavailable"
         # Nothing was half-done: the todo can be claimed once the database takes writes again.
         assert (await agent.ok("claim", todo_id=todo.id))["state"] == "claimed"
+
+
+async def test_a_background_task_logs_a_database_outage_once_without_a_traceback(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aiohttp import web
+
+    from switchboard.app import SERVICES, periodic
+
+    passes: list[str] = []
+    down_a_while, up_a_while = asyncio.Event(), asyncio.Event()
+
+    async def pass_(svc: Services) -> None:
+        passes.append(svc.db.url)
+        if len(passes) >= 5:
+            down_a_while.set()
+        if len(passes) >= 8:
+            up_a_while.set()
+        async with svc.db.read() as s:
+            await s.execute(select(func.count()).select_from(Todo))
+
+    app = web.Application()
+    app[SERVICES] = services
+    real = services.db
+    services.db = Database(UNREACHABLE)
+    ctx = periodic("qa-probe", 0.01, pass_)(app)
+    caplog.set_level(logging.INFO, logger="switchboard")
+    await ctx.__anext__()
+    try:
+        await asyncio.wait_for(down_a_while.wait(), 10)
+        await services.db.dispose()
+        services.db = real
+        await asyncio.wait_for(up_a_while.wait(), 10)
+    finally:
+        with contextlib.suppress(StopAsyncIteration):
+            await ctx.__anext__()
+        if services.db is not real:
+            await services.db.dispose()
+            services.db = real
+    records = [r for r in caplog.records if "qa-probe" in r.getMessage()]
+    assert [r.levelname for r in records] == ["WARNING", "INFO"], [r.getMessage() for r in records]
+    assert all(r.exc_info is None for r in records)
 
 
 # ---------------------------------------------------------------------------------------------
