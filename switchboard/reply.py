@@ -19,6 +19,7 @@ import logging
 import math
 import re
 import time
+import unicodedata
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -101,10 +102,19 @@ class _Ready:
     text: str
 
 
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+
+
+def _visible(char: str) -> bool:
+    """Not whitespace, a separator, a control or a format character (ZWSP, BOM, bidi marks)."""
+    return not char.isspace() and unicodedata.category(char) not in _INVISIBLE
+
+
 def _check_arguments(todo_id: Any, text: Any, idempotency_key: Any) -> str:
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise not_found("todo")
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not any(_visible(c) for c in text):
+        # Zero-width spaces, BOMs and control characters alone would post an empty-looking comment.
         raise invalid("text must not be empty")
     if len(text.encode("utf-8", errors="surrogatepass")) > TEXT_LIMIT_BYTES:
         raise invalid(f"text must be at most {TEXT_LIMIT_BYTES} bytes (16 KiB)")
