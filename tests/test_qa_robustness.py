@@ -402,6 +402,35 @@ def test_the_log_filter_redacts_tokens_in_any_message_and_traceback() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Reply
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\ufeff\u200b\u200d", "\u2060 \u00a0\u3000", "\u202e\x07"])
+async def test_a_reply_of_only_invisible_characters_is_empty(
+    services: Services, base_url: str, text: str
+) -> None:
+    # str.strip() keeps zero-width spaces and BOMs: this posted an empty-looking public comment.
+    endpoint, token = await vend(services.db, families=["basics", "reply"])
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        error = await agent.error("reply", todo_id=todo.id, text=text)
+    assert error == {"error": "invalid_argument", "message": "text must not be empty"}
+
+
+async def test_a_reply_with_visible_text_among_invisible_ones_gets_past_the_emptiness_check(
+    services: Services, base_url: str
+) -> None:
+    endpoint, token = await vend(services.db, families=["basics", "reply"])
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        error = await agent.error("reply", todo_id=todo.id, text="\u200bok\u200b")
+    # The next check in order: this todo has no reply address.
+    assert error["error"] == "no_reply_address"
+
+
+# ---------------------------------------------------------------------------------------------
 # Secret scan: where a pasted token really sits in a reply
 
 _rng = random.Random(20261130)
