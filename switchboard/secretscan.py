@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 # A token must not be glued to more letters or digits on either side ("xghp_…" is not a token).
-# An underscore is a boundary: Markdown italics (`_ghp_…_`) and env-style names (`MY_ghp_…`) are
-# exactly where a pasted token sits.
-_L = r"(?<![A-Za-z0-9])"
+# A lone underscore is a boundary, so Markdown italics (`_ghp_…_`) are caught; one that joins an
+# identifier (`use_sk_test_placeholder`) is not.
+_L = r"(?<![A-Za-z0-9])(?<![A-Za-z0-9]_)"
 _R = r"(?![A-Za-z0-9])"
 
 

@@ -449,7 +449,7 @@ def _token() -> str:
         "curl 'https://api.example.com/?q=token%3D{t}'",
         "https://example.com/a%20{t}%0A",
         "italic _{t}_ in Markdown",
-        "GITHUB_TOKEN=MY_{t}",
+        "GITHUB_TOKEN={t}",
         'print("first line\\n{t}")',
         '{{"config": "a\\t{t}"}}',
     ],
@@ -462,6 +462,8 @@ def test_a_token_in_a_code_fence_url_or_escape_is_caught(wrap: str) -> None:
 def test_a_token_glued_to_letters_is_still_not_one() -> None:
     assert secretscan.scan("x" + _token()) is None
     assert secretscan.scan("100%25 done, the 50%20 rule, a\\nb") is None
+    # An underscore that joins an identifier is not a boundary.
+    assert secretscan.scan("set use_sk_test_placeholder and MY_" + _token()) is None
 
 
 # ---------------------------------------------------------------------------------------------
