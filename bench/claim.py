@@ -7,10 +7,13 @@ database, the baseline: PgQueuer (PyPI), each claimer on its own asyncpg connect
 equivalent dequeue + ack (``Queries.dequeue(batch_size=1)`` then ``Queries.log_jobs``), one job at a
 time. A second baseline row lets PgQueuer dequeue and ack in batches of 10, as its own worker does.
 
+With ``--mcp``, the same cycles also run over MCP: one official SDK client session per claimer on a
+server process, calling the ``claim_next`` and ``complete`` tools.
+
 Each round gets a fresh backlog of ``--cycles`` todos/jobs and stops when it is drained or at
 ``--seconds``.
 
-    .venv/bin/python -m bench.claim --db both --claimers 1,4,16 --cycles 3000
+    .venv/bin/python -m bench.claim --db both --claimers 1,4,16 --cycles 3000 --mcp
 """
 
 from __future__ import annotations
