@@ -38,6 +38,10 @@ class Database:
             kwargs["connect_args"] = {"timeout": 30}
         else:
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            # asyncpg keeps prepared statements per connection; a generic plan chosen while the
+            # todos table was small (or its statistics stale) would keep scanning as the backlog
+            # grows. Custom plans see the actual parameters and keep using the partial index.
+            kwargs["connect_args"] = {"server_settings": {"plan_cache_mode": "force_custom_plan"}}
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine)
