@@ -490,8 +490,8 @@ async def set_webhook_secret(
     db: Database, vault: Vault, providers: Providers, webhook_id: str, secret: str
 ) -> Webhook:
     secret = secret.strip()
-    if not secret or len(secret) > 512 or any(c.isspace() for c in secret):
-        raise invalid("the secret must be 1 to 512 characters with no spaces")
+    if not secret or len(secret) > 512 or not secret.isprintable() or any(c.isspace() for c in secret):
+        raise invalid("the secret must be 1 to 512 printable characters with no spaces")
     async with db.write() as s:
         webhook = await _webhook(s, webhook_id)
         kind = providers.sources.get(webhook.source)
