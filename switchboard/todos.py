@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from sqlalchemy import func, literal_column, select, true, tuple_, update
+from sqlalchemy import func, insert, literal, literal_column, select, true, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
@@ -126,6 +127,26 @@ async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dic
         for todo_id, state, permalink, _, _ in rows:
             out[todo_id].update(count=counts[todo_id], last_state=state, last_permalink=permalink)
     return out
+
+
+def _summary_columns(todo_id: str) -> tuple[Any, Any, Any]:
+    """The replies summary of one todo as three scalar subqueries, so a lifecycle write can return
+    it instead of two more round trips. ``todo_id`` is a value, not a column: SQLite renders
+    RETURNING columns unqualified, which would make a correlated subquery compare replies to
+    themselves."""
+    latest = select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at.desc(), Reply.id.desc())
+    return (
+        select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id).scalar_subquery(),
+        latest.with_only_columns(Reply.state).limit(1).scalar_subquery(),
+        latest.with_only_columns(Reply.permalink).limit(1).scalar_subquery(),
+    )
+
+
+def _summary_of(count: int | None, last_state: str | None, last_permalink: str | None) -> dict[str, Any]:
+    """The same dict as ``replies_summary`` gives, from ``_summary_columns`` values."""
+    if not count:
+        return {"count": 0, "last_state": None, "last_permalink": None}
+    return {"count": count, "last_state": last_state, "last_permalink": last_permalink}
 
 
 def public_reply_to(reply_to: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -379,9 +400,7 @@ def _dead_letter(todo: Todo, now: datetime) -> None:
     todo.updated_at = now
 
 
-def _lease(
-    todo: Todo, endpoint: Endpoint, seconds: int, fence: bool, now: datetime
-) -> tuple[Attempt, str | None]:
+def _lease(todo: Todo, seconds: int, fence: bool, now: datetime) -> str | None:
     token = new_token("sbl") if fence else None
     todo.state = "claimed"
     todo.attempt += 1
@@ -390,27 +409,69 @@ def _lease(
     todo.next_retry_at = None
     todo.next_ring_at = None
     todo.updated_at = now
-    attempt = Attempt(
-        id=new_id("at"),
-        todo_id=todo.id,
-        number=0,
-        endpoint_id=endpoint.id,
-        claimed_at=now,
-        lease_expires_at=todo.lease_expires_at,
-        heartbeats=0,
+    return token
+
+
+# Another attempts row of the same todo, inside statements that write ``attempts`` themselves.
+_SIBLING = aliased(Attempt)
+_ATTEMPT = Attempt.__table__.c
+
+
+async def _add_attempt(
+    s: AsyncSession, todo_id: str, endpoint_id: str, now: datetime, lease_expires_at: datetime
+) -> dict[str, Any]:
+    """Insert the claim's attempt row and return the todo's replies summary, in one statement.
+
+    Attempts are numbered by claims, not by ``todo.attempt``: a release gives the attempt back but
+    keeps its row in the history, so the number is the todo's highest one plus one. The statement
+    runs after the claim locked the todo, so it sees every earlier attempt and reply (a separate
+    read there would see the same).
+    """
+    numbered = select(
+        literal(new_id("at"), _ATTEMPT.id.type),
+        literal(todo_id, _ATTEMPT.todo_id.type),
+        func.coalesce(func.max(_SIBLING.number), 0) + 1,
+        literal(endpoint_id, _ATTEMPT.endpoint_id.type),
+        literal(now, _ATTEMPT.claimed_at.type),
+        literal(lease_expires_at, _ATTEMPT.lease_expires_at.type),
+        literal(0, _ATTEMPT.heartbeats.type),
+    ).where(_SIBLING.todo_id == todo_id)
+    row = (
+        await s.execute(
+            insert(Attempt)
+            .from_select(
+                ["id", "todo_id", "number", "endpoint_id", "claimed_at", "lease_expires_at", "heartbeats"],
+                numbered,
+            )
+            .returning(*_summary_columns(todo_id))
+        )
+    ).one()
+    return _summary_of(*row)
+
+
+async def _update_open_attempt(s: AsyncSession, todo: Todo, **values: Any) -> dict[str, Any]:
+    """Update the todo's open attempt (its newest unended one), if any, and return the todo's replies
+    summary, in one statement. Called after the todo's row lock, like the separate reads it replaces."""
+    open_attempt = (
+        select(_SIBLING.id)
+        .where(_SIBLING.todo_id == todo.id, _SIBLING.ended_at.is_(None))
+        .order_by(_SIBLING.number.desc())
+        .limit(1)
+        .scalar_subquery()
     )
-    return attempt, token
-
-
-async def _add_attempt(s: AsyncSession, attempt: Attempt) -> None:
-    # Numbered by claims (a release gives the attempt back but keeps its row in the history).
-    last = await s.scalar(select(func.max(Attempt.number)).where(Attempt.todo_id == attempt.todo_id))
-    attempt.number = (last or 0) + 1
-    s.add(attempt)
-
-
-async def _row(s: AsyncSession, todo: Todo) -> dict[str, Any]:
-    return todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
+    row = (
+        await s.execute(
+            update(Attempt)
+            .where(Attempt.id == open_attempt)
+            .values(**values)
+            .returning(*_summary_columns(todo.id))
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if row is None:
+        # No open attempt (a claim older than attempt rows): the summary needs its own read.
+        return (await replies_summary(s, [todo.id]))[todo.id]
+    return _summary_of(*row)
 
 
 def _claimed_view(row: dict[str, Any], todo: Todo, token: str | None) -> dict[str, Any]:
@@ -524,10 +585,9 @@ async def claim(
         if todo.state != "pending":
             detail = " (dead-lettered)" if todo.dead_letter else ""
             raise conflict(f"todo {todo.id} is {todo.state}{detail}, not pending")
-        attempt, token = _lease(todo, endpoint, seconds, fence, now)
-        await _add_attempt(s, attempt)
-        await s.flush()
-        return _claimed_view(await _row(s, todo), todo, token)
+        token = _lease(todo, seconds, fence, now)
+        replies = await _add_attempt(s, todo.id, endpoint.id, now, now + timedelta(seconds=seconds))
+        return _claimed_view(todo_row(todo, replies), todo, token)
 
 
 async def claim_next(
@@ -574,20 +634,8 @@ async def claim_next(
         )
         if todo is None:
             return None
-        await _add_attempt(
-            s,
-            Attempt(
-                id=new_id("at"),
-                todo_id=todo.id,
-                number=0,
-                endpoint_id=endpoint.id,
-                claimed_at=now,
-                lease_expires_at=now + timedelta(seconds=seconds),
-                heartbeats=0,
-            ),
-        )
-        await s.flush()
-        return _claimed_view(await _row(s, todo), todo, token)
+        replies = await _add_attempt(s, todo.id, endpoint.id, now, now + timedelta(seconds=seconds))
+        return _claimed_view(todo_row(todo, replies), todo, token)
 
 
 async def heartbeat(
@@ -602,13 +650,14 @@ async def heartbeat(
         _held(todo, token, now)
         todo.lease_expires_at = now + timedelta(seconds=seconds)
         todo.updated_at = now
-        attempt = await _open_attempt(s, todo)
-        if attempt is not None:
-            attempt.heartbeats += 1
-            attempt.last_heartbeat_at = now
-            attempt.lease_expires_at = todo.lease_expires_at
-        await s.flush()
-        return await _row(s, todo)
+        replies = await _update_open_attempt(
+            s,
+            todo,
+            heartbeats=Attempt.heartbeats + 1,
+            last_heartbeat_at=now,
+            lease_expires_at=todo.lease_expires_at,
+        )
+        return todo_row(todo, replies)
 
 
 async def complete(
@@ -628,7 +677,9 @@ async def complete(
     async with db.write() as s:
         todo = await _locked_todo(s, endpoint, todo_id)
         _held(todo, token, now)
-        await _close_attempt(s, todo, now, "completed", summary)
+        replies = await _update_open_attempt(
+            s, todo, outcome="completed", ended_at=now, summary=summary, error=None
+        )
         todo.state = "done"
         todo.result = result
         todo.lease_expires_at = None
@@ -636,8 +687,7 @@ async def complete(
         todo.next_ring_at = None
         todo.finished_at, todo.finished_by = now, endpoint.id
         todo.updated_at = now
-        await s.flush()
-        return await _row(s, todo)
+        return todo_row(todo, replies)
 
 
 async def fail(
@@ -658,7 +708,9 @@ async def fail(
         todo = await _locked_todo(s, endpoint, todo_id)
         _held(todo, token, now)
         last = todo.attempt >= todo.max_attempts
-        await _close_attempt(s, todo, now, "dead_lettered" if last else "failed", summary, error)
+        replies = await _update_open_attempt(
+            s, todo, outcome="dead_lettered" if last else "failed", ended_at=now, summary=summary, error=error
+        )
         if last:
             _dead_letter(todo, now)
         else:
@@ -669,8 +721,7 @@ async def fail(
             todo.next_ring_at = None
             todo.updated_at = now
         todo.finished_at, todo.finished_by = now, endpoint.id
-        await s.flush()
-        return await _row(s, todo)
+        return todo_row(todo, replies)
 
 
 async def release(
@@ -682,11 +733,12 @@ async def release(
     async with db.write() as s:
         todo = await _locked_todo(s, endpoint, todo_id)
         _held(todo, token, now)
-        await _close_attempt(s, todo, now, "released")
+        replies = await _update_open_attempt(
+            s, todo, outcome="released", ended_at=now, summary=None, error=None
+        )
         todo.attempt = max(todo.attempt - 1, 0)
         _back_to_pending(todo, now)
-        await s.flush()
-        return await _row(s, todo)
+        return todo_row(todo, replies)
 
 
 # ---------------------------------------------------------------------------------------------
