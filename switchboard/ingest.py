@@ -28,6 +28,7 @@ from multidict import CIMultiDictProxy
 from sqlalchemy import delete, exists, or_, select
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.app import Services, periodic, services_of
 from switchboard.db import DatabaseUnavailable, utcnow
@@ -36,7 +37,7 @@ from switchboard.ids import new_id, token_hash
 from switchboard.models import Endpoint, Event, Route, Todo, Webhook
 from switchboard.provider import Address, Delivery, EchoClues, Verdict
 from switchboard.tenancy import endpoint_is_live, webhook_secret
-from switchboard.todos import new_todo_row
+from switchboard.todos import encode_payload, new_todo_row
 from switchboard.vault import VaultError
 
 log = logging.getLogger("switchboard.ingest")
@@ -141,17 +142,26 @@ class Outcome:
 def clean_line(text: object, limit: int) -> str:
     """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
     value = _SURROGATE.sub("\ufffd", str(text))
-    value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
+    if not value.isprintable():
+        # Only then can it hold a control character (most header values are plain printable text).
+        value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
     value = " ".join(value.split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def storable(payload: Any) -> Any:
     """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
-    text = json.dumps(payload, ensure_ascii=False)
+    return storable_encoded(payload)[0]
+
+
+def storable_encoded(payload: Any) -> tuple[Any, bytes]:
+    """``storable(payload)`` and its stored encoding (``encode_payload``), from one JSON encoding
+    in the usual case (no lone surrogates): every todo of a delivery shares the bytes."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     if _SURROGATE.search(text) is None:
-        return payload
-    return json.loads(_SURROGATE.sub("\ufffd", text))
+        return payload, text.encode()
+    cleaned = json.loads(_SURROGATE.sub("\ufffd", text))
+    return cleaned, encode_payload(cleaned)
 
 
 def delivery_key(key: str | None, body: bytes) -> str:
@@ -218,11 +228,10 @@ async def _read_body(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
-async def _targets(services: Services, webhook: Webhook) -> list[Target]:
-    """The owner endpoint first, then the routes in the order they were added; live ones only."""
-    async with services.db.read() as s:
-        owner = await s.get(Endpoint, webhook.endpoint_id)
-        routed = (
+async def _routed(s: AsyncSession, webhook: Webhook) -> list[Endpoint]:
+    """The endpoints of the webhook's routes, in the order the routes were added."""
+    return list(
+        (
             await s.scalars(
                 select(Endpoint)
                 .join(Route, Route.endpoint_id == Endpoint.id)
@@ -230,10 +239,15 @@ async def _targets(services: Services, webhook: Webhook) -> list[Target]:
                 .order_by(Route.created_at, Route.id)
             )
         ).all()
+    )
+
+
+def _targets(webhook: Webhook, owner: Endpoint | None, routed: list[Endpoint]) -> list[Target]:
+    """The owner endpoint first, then the routes in the order they were added; live ones only."""
     now = utcnow()
     return [
         Target(e.id, e.slug, e.owner_human_id or e.owner_team_id or "")
-        for e in ([owner] if owner is not None else []) + list(routed)
+        for e in ([owner] if owner is not None else []) + routed
         if endpoint_is_live(e, now) and webhook.queue in e.queues
     ]
 
@@ -310,22 +324,31 @@ async def _ingest(
     token = request.match_info["ingest_token"]
     if not 8 <= len(token) <= 200:
         raise Refusal(404, "not_found", "no such webhook")
+    # One read transaction: the webhook with its owner endpoint (one statement), then the routes.
     async with services.db.read() as s:
-        webhook = await s.scalar(select(Webhook).where(Webhook.ingest_token_hash == token_hash(token)))
-    if webhook is None:
-        raise Refusal(404, "not_found", "no such webhook")
-    source = seen["source"] = webhook.source
-    kind = services.providers.sources.get(source)
-    if kind is None:
-        log.error("webhook %s: no installed provider handles source kind %r", webhook.id, source)
-        raise Refusal(
-            503,
-            "unavailable",
-            f"no installed provider handles source kind {source!r}; the operator must install it",
-        )
-    if webhook.secret_state == "awaiting":
-        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
-    targets = await _targets(services, webhook)
+        found = (
+            await s.execute(
+                select(Webhook, Endpoint)
+                .outerjoin(Endpoint, Endpoint.id == Webhook.endpoint_id)
+                .where(Webhook.ingest_token_hash == token_hash(token))
+            )
+        ).first()
+        if found is None:
+            raise Refusal(404, "not_found", "no such webhook")
+        webhook, owner = found
+        source = seen["source"] = webhook.source
+        kind = services.providers.sources.get(source)
+        if kind is None:
+            log.error("webhook %s: no installed provider handles source kind %r", webhook.id, source)
+            raise Refusal(
+                503,
+                "unavailable",
+                f"no installed provider handles source kind {source!r}; the operator must install it",
+            )
+        if webhook.secret_state == "awaiting":
+            raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+        routed = await _routed(s, webhook)
+    targets = _targets(webhook, owner, routed)
     if not targets:
         raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
     verified = kind.secret != "none" and webhook.trust_mode == "signed"
@@ -399,19 +422,22 @@ async def _ingest(
     )
     todos: list[tuple[Target, Todo]] = []
     if disposition == "routed":
-        payload = storable(verdict.payload if verdict.payload is not None else {})
+        payload, encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
         reply_to = address.as_dict() if address is not None else None
+        todo_kind = clean_line(verdict.event or source, 100)
+        title = clean_line(verdict.title or f"{source} delivery", 300)
         for target in targets:
             todo = new_todo_row(
                 endpoint_id=target.endpoint_id,
                 queue=webhook.queue,
                 source=source,
-                kind=clean_line(verdict.event or source, 100),
-                title=clean_line(verdict.title or f"{source} delivery", 300),
+                kind=todo_kind,
+                title=title,
                 payload=payload,
                 reply_to=dict(reply_to) if reply_to else None,
                 event_id=event.id,
                 now=received_at,
+                encoded=encoded,
             )
             todos.append((target, todo))
     try:

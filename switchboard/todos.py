@@ -39,6 +39,11 @@ def rfc3339(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def encode_payload(payload: Any) -> bytes:
+    """A todo's stored payload: compact JSON, UTF-8."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def new_todo_row(
     *,
     endpoint_id: str,
@@ -50,10 +55,15 @@ def new_todo_row(
     reply_to: dict[str, Any] | None = None,
     event_id: str | None = None,
     now: datetime | None = None,
+    encoded: bytes | None = None,
 ) -> Todo:
-    """A pending todo, ready to add to the caller's transaction (ingest mints these per target)."""
+    """A pending todo, ready to add to the caller's transaction (ingest mints these per target).
+
+    ``encoded`` is ``encode_payload(payload)`` when the caller already has it: ingest encodes a
+    delivery's payload once for all its targets instead of once per todo.
+    """
     now = now or utcnow()
-    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    body = encoded if encoded is not None else encode_payload(payload)
     flat_title = " ".join(str(title).split())[:TITLE_LIMIT] or "(untitled)"
     return Todo(
         id=new_id("td"),
