@@ -479,7 +479,8 @@ async def _update_open_attempt(s: AsyncSession, todo: Todo, **values: Any) -> di
         )
     ).first()
     if row is None:
-        # No open attempt (a claim older than attempt rows): the summary needs its own read.
+        # No open attempt (every claim opens one, but a todo row edited by hand may lack it; the
+        # verbs never required one): the summary then needs its own read.
         return (await replies_summary(s, [todo.id]))[todo.id]
     return _summary_of(*row)
 
