@@ -252,14 +252,13 @@ def _targets(webhook: Webhook, owner: Endpoint | None, routed: list[Endpoint]) -
     ]
 
 
-async def _original(services: Services, webhook: Webhook, key: str, secondary: str | None) -> Event | None:
-    async with services.db.read() as s:
-        match = Event.delivery_key == key
-        if secondary is not None:
-            match = or_(match, Event.secondary_key == secondary)
-        return await s.scalar(
-            select(Event).where(Event.webhook_id == webhook.id, match).order_by(Event.received_at).limit(1)
-        )
+async def _original(s: AsyncSession, webhook: Webhook, key: str, secondary: str | None) -> Event | None:
+    match = Event.delivery_key == key
+    if secondary is not None:
+        match = or_(match, Event.secondary_key == secondary)
+    return await s.scalar(
+        select(Event).where(Event.webhook_id == webhook.id, match).order_by(Event.received_at).limit(1)
+    )
 
 
 async def _duplicate(services: Services, webhook: Webhook, event: Event, verified: bool) -> web.Response:
@@ -320,12 +319,14 @@ async def _ingest(
     body = await _read_body(request)
     received_at = utcnow()
 
-    # 2. The webhook, its provider and its live targets.
+    # 2.-4. run in one read transaction: the webhook with its owner endpoint (one statement), the
+    # routes, then (after verify) the deduplication check. A copy that commits after that check is
+    # still caught by the unique keys when storing, and answered as the duplicate it is.
     token = request.match_info["ingest_token"]
     if not 8 <= len(token) <= 200:
         raise Refusal(404, "not_found", "no such webhook")
-    # One read transaction: the webhook with its owner endpoint (one statement), then the routes.
     async with services.db.read() as s:
+        # 2. The webhook, its provider and its live targets.
         found = (
             await s.execute(
                 select(Webhook, Endpoint)
@@ -348,50 +349,52 @@ async def _ingest(
         if webhook.secret_state == "awaiting":
             raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
         routed = await _routed(s, webhook)
-    targets = _targets(webhook, owner, routed)
-    if not targets:
-        raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
-    verified = kind.secret != "none" and webhook.trust_mode == "signed"
-    try:
-        secret = webhook_secret(services.vault, webhook)
-    except VaultError as exc:
-        log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
-        raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
-    if verified and not secret:
-        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+        targets = _targets(webhook, owner, routed)
+        if not targets:
+            raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
+        verified = kind.secret != "none" and webhook.trust_mode == "signed"
+        try:
+            secret = webhook_secret(services.vault, webhook)
+        except VaultError as exc:
+            log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
+            raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
+        if verified and not secret:
+            raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
 
-    # 3. Verify over the raw bytes (the provider compares in constant time).
-    delivery = Delivery(
-        source=source, headers=request.headers, body=body, received_at=received_at, secret=secret
-    )
-    try:
-        verdict = services.providers.hook.verify(delivery=delivery)
-    except Exception as exc:
-        log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
-        raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
-    if not isinstance(verdict, Verdict):
-        log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
-        raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
-    if not verdict.ok:
-        # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
-        log.warning(
-            "ingest refused: webhook=%s source=%s remote=%s reason=%s",
-            webhook.id,
-            source,
-            request.remote,
-            clean_line(verdict.detail, 200),
+        # 3. Verify over the raw bytes (the provider compares in constant time).
+        delivery = Delivery(
+            source=source, headers=request.headers, body=body, received_at=received_at, secret=secret
         )
-        if verdict.error == "invalid_body":
-            raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
-        raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
-    if verdict.respond is not None:
-        # A handshake (Slack url_verification): answered at once, nothing stored.
-        return Outcome(web.json_response(verdict.respond, status=200), "handshake")
+        try:
+            verdict = services.providers.hook.verify(delivery=delivery)
+        except Exception as exc:
+            log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
+            raise Refusal(
+                503, "unavailable", f"the {source} provider could not check this delivery"
+            ) from None
+        if not isinstance(verdict, Verdict):
+            log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
+            raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
+        if not verdict.ok:
+            # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
+            log.warning(
+                "ingest refused: webhook=%s source=%s remote=%s reason=%s",
+                webhook.id,
+                source,
+                request.remote,
+                clean_line(verdict.detail, 200),
+            )
+            if verdict.error == "invalid_body":
+                raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
+            raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
+        if verdict.respond is not None:
+            # A handshake (Slack url_verification): answered at once, nothing stored.
+            return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
-    # 4. Delivery key and deduplication.
-    key = delivery_key(verdict.delivery_key, body)
-    secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
-    original = await _original(services, webhook, key, secondary)
+        # 4. Delivery key and deduplication.
+        key = delivery_key(verdict.delivery_key, body)
+        secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
+        original = await _original(s, webhook, key, secondary)
     if original is not None:
         return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
 
@@ -447,7 +450,8 @@ async def _ingest(
             s.add_all([todo for _, todo in todos])
     except IntegrityError:
         # Another copy of this delivery committed first (unique keys): answer as its duplicate.
-        original = await _original(services, webhook, key, secondary)
+        async with services.db.read() as s:
+            original = await _original(s, webhook, key, secondary)
         if original is None:
             log.warning("webhook %s changed while a delivery was being stored", webhook.id)
             raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
