@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_lock = threading.Lock()
+_last = 0
 
 
 def new_id(prefix: str) -> str:
@@ -14,7 +17,14 @@ def new_id(prefix: str) -> str:
 
     Time order keeps "newest first" listings cheap and index inserts local.
     """
-    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    global _last
+    with _lock:
+        value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+        # Within one millisecond (or if the clock steps back) keep ids increasing in this process,
+        # so "newest first" by id agrees with creation order.
+        if value <= _last:
+            value = _last + 1
+        _last = value
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

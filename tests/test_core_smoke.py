@@ -36,3 +36,10 @@ async def test_a_provider_secret_with_control_characters_is_refused(services) ->
             )
     webhook = await tenancy.get_webhook(services.db, new.webhook.id)
     assert webhook.secret_state == "awaiting"
+
+
+def test_ids_made_in_one_process_increase_even_within_a_millisecond() -> None:
+    from switchboard.ids import new_id
+
+    ids = [new_id("td") for _ in range(5000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
