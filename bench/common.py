@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from switchboard import db as db_mod
 from switchboard import plugins, tenancy
-from switchboard.app import Services
 from switchboard.db import Database, utcnow
 from switchboard.models import Endpoint
+from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.vault import Vault, generate_key
 

@@ -52,8 +52,8 @@ from bench.common import (
     tool,
 )
 from switchboard import connections, outbound, tenancy
-from switchboard.app import Services
 from switchboard.reply import send_reply
+from switchboard.services import Services
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

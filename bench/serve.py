@@ -13,9 +13,10 @@ import logging
 from aiohttp import web
 
 from switchboard import db
-from switchboard.app import build_services, make_app
+from switchboard.app import make_app
 from switchboard.ingest import INGEST_LIMITER
 from switchboard.logs import RedactingAccessLogger, configure_logging
+from switchboard.services import build_services
 from switchboard.settings import ConfigError, load_settings
 
 

@@ -27,10 +27,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from switchboard import connections, tenancy, todos
-from switchboard.app import Services, services_of
 from switchboard.db import Database, DatabaseUnavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.models import Connection, Endpoint, Human, Membership, Team, Webhook
+from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
 from switchboard.vault import EncryptionRequired, VaultError
 
@@ -560,11 +560,9 @@ async def revoke(req: Request) -> tuple[int, dict[str, Any]]:
     endpoint = await _endpoint(req, req.path["slug"])
     req.caller.require_manage(Owner.of(endpoint), f"endpoint {endpoint.slug!r}")
     endpoint = await tenancy.revoke_endpoint(req.services.db, endpoint.slug)
-    # Close its live MCP sessions now rather than at the next revocation sweep (the MCP service
-    # registers itself in extras; every MCP request re-checks the token in any case).
-    sweep = getattr(req.services.extras.get("mcp"), "sweep_revoked", None)
-    if sweep is not None:
-        await sweep()
+    # Close its live MCP sessions now rather than at the next revocation pass (every MCP request
+    # re-checks the token in any case).
+    await req.services.endpoints_revoked([endpoint.id])
     return 200, {"endpoint": tenancy.endpoint_view(endpoint, req.caller.label(Owner.of(endpoint)))}
 
 

@@ -1,7 +1,8 @@
 """The one aiohttp application: ingest, /mcp, /api/v1, the web UI, /healthz and /metrics on one port.
 
-``Services`` is what every module gets from the app (settings, database, vault, providers, metrics);
-each surface module exposes ``setup(app)`` that adds its routes and its lifetimes (``cleanup_ctx``).
+This is the top of the import graph: it composes the surfaces (each module's ``setup(app, …)``
+adds its routes), gives the process its guarded outbound client, and runs every background job
+from the one list in ``background_jobs``. Nothing imports this module but the CLI's ``serve``.
 """
 
 from __future__ import annotations
@@ -10,120 +11,97 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from switchboard import metrics as metrics_mod
-from switchboard.db import Database, DatabaseUnavailable
-from switchboard.plugins import Providers
-from switchboard.plugins import load as load_providers
-from switchboard.settings import Settings
-from switchboard.vault import Vault
+from switchboard import api, doorbell, ingest, mcp, outbound, reply, todos
+from switchboard import web as web_ui
+from switchboard.db import DatabaseUnavailable, is_unavailable
+from switchboard.services import SERVICES, Services, build_services, services_of
+
+__all__ = ["Services", "background_jobs", "build_services", "make_app"]
 
 log = logging.getLogger("switchboard")
 
 
-@dataclass
-class Services:
-    settings: Settings
-    db: Database
-    vault: Vault
-    providers: Providers
-    metrics: metrics_mod.Metrics = field(default_factory=metrics_mod.standard)
-    # Filled by the modules that own them during setup (doorbell hub, outbound client, …).
-    extras: dict[str, Any] = field(default_factory=dict)
-    # Called after the transaction that created todos commits (the doorbell subscribes here).
-    todo_listeners: list[Callable[[list[str]], Awaitable[None]]] = field(default_factory=list)
+@dataclass(frozen=True)
+class Job:
+    """A background pass run every ``interval`` seconds. Every pass must be safe to run in several
+    processes at once (against PostgreSQL each claims its rows with row locks or a single
+    conditional UPDATE)."""
 
-    async def todos_created(self, todo_ids: list[str]) -> None:
-        """Tell listeners about committed todos. A listener's failure never loses a todo: the
-        queue is the record and pull alone is complete, so it is logged and swallowed."""
-        for listener in self.todo_listeners:
-            try:
-                await listener(todo_ids)
-            except Exception:
-                log.exception("todo listener %r failed", listener)
+    name: str
+    interval: float
+    run: Callable[[], Awaitable[object]]
 
 
-SERVICES = web.AppKey("services", Services)
+def background_jobs(app: web.Application) -> list[Job]:
+    """Every background job of the process, in one place."""
+    services = app[SERVICES]
+    return [
+        Job("todo-lifecycle", 1.0, lambda: todos.lifecycle_pass(services)),
+        Job("event-retention", 3600, lambda: ingest.prune_events(services)),
+        Job("reply-sweeper", reply.SWEEP_INTERVAL, lambda: reply.sweep_pending(services)),
+        Job("web-session-purge", 3600, lambda: web_ui.session.purge_expired_sessions(services)),
+        Job("doorbell-sweep", doorbell.SWEEP_INTERVAL, lambda: app[mcp.DOORBELL].sweep()),
+        Job("mcp-revocation", mcp.REVOCATION_SWEEP_SECONDS, lambda: app[mcp.MCP_SERVICE].sweep_revoked()),
+    ]
 
 
-def services_of(request_or_app: web.Request | web.Application) -> Services:
-    app = request_or_app.app if isinstance(request_or_app, web.Request) else request_or_app
-    return app[SERVICES]
-
-
-def build_services(settings: Settings, providers: Providers | None = None) -> Services:
-    vault = Vault(settings.encryption_key)
-    if not vault.has_key:
-        log.warning(
-            "no SWITCHBOARD_SECRET_ENCRYPTION_KEY: webhook signing secrets are stored in plaintext and "
-            "connections cannot be created (run `switchboard keygen`)"
-        )
-    return Services(
-        settings=settings,
-        db=Database(settings.database_url),
-        vault=vault,
-        providers=providers or load_providers(),
-    )
-
-
-# What an outage raises: the driver cannot connect (OSError, which a peer's socket can raise
-# too), loses or cannot get a connection (OperationalError, InterfaceError, pool TimeoutError).
-DATABASE_DOWN = (DatabaseUnavailable, OSError, OperationalError, InterfaceError, PoolTimeout)
-
-
-def periodic(
-    name: str, interval: float, fn: Callable[[Services], Awaitable[Any]]
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A ``cleanup_ctx`` that runs ``fn`` every ``interval`` seconds until shutdown.
-
-    Background work must be safe to run in several processes at once (it is, against PostgreSQL:
-    each pass claims its rows with row locks or a single conditional UPDATE).
-    """
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        services = app[SERVICES]
-
-        async def loop() -> None:
+async def run_periodically(job: Job) -> None:
+    """Run ``job`` until cancelled. An outage is one warning when it starts and one line when it
+    ends, not a traceback every pass; a bug is logged with its traceback and retried."""
+    database_down = False
+    while True:
+        try:
+            await job.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not is_unavailable(exc):
+                log.exception("background task %s failed; retrying in %ss", job.name, job.interval)
+            elif not database_down:
+                log.warning(
+                    "background task %s: the database (or a peer) is unreachable (%s); retrying every %ss",
+                    job.name,
+                    type(exc).__name__,
+                    job.interval,
+                )
+                database_down = True
+        else:
+            if database_down:
+                log.info("background task %s: working again", job.name)
             database_down = False
-            while True:
-                try:
-                    await fn(services)
-                except asyncio.CancelledError:
-                    raise
-                except DATABASE_DOWN as exc:
-                    # An outage, not a bug: one line when it starts (not a traceback every pass).
-                    if not database_down:
-                        log.warning(
-                            "background task %s: the database (or a peer) is unreachable (%s); "
-                            "retrying every %ss",
-                            name,
-                            type(exc).__name__,
-                            interval,
-                        )
-                    database_down = True
-                except Exception:
-                    log.exception("background task %s failed; retrying in %ss", name, interval)
-                else:
-                    if database_down:
-                        log.info("background task %s: working again", name)
-                    database_down = False
-                await asyncio.sleep(interval)
+        await asyncio.sleep(job.interval)
 
-        task = asyncio.create_task(loop(), name=f"switchboard:{name}")
-        yield
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    tasks = [
+        asyncio.create_task(run_periodically(job), name=f"switchboard:{job.name}")
+        for job in background_jobs(app)
+    ]
+    yield
+    for task in tasks:
         task.cancel()
+    for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    return ctx
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """The process's guarded outbound client and database pool, closed on shutdown."""
+    services = app[SERVICES]
+    # A test (or an embedding) may install its own client first; only close what we made.
+    made = services.outbound is None
+    client = outbound.client_of(services)
+    yield
+    if made:
+        await client.close()
+        services.outbound = None
+    await services.db.dispose()
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -182,20 +160,16 @@ async def json_errors(
         return web.json_response({"error": "internal", "message": "internal error"}, status=500)
 
 
-async def _database(app: web.Application) -> AsyncIterator[None]:
-    yield
-    await app[SERVICES].db.dispose()
-
-
 def make_app(services: Services) -> web.Application:
-    from switchboard import api, ingest, mcp, reply, todos
-    from switchboard import web as web_ui
-
     app = web.Application(middlewares=[json_errors], client_max_size=5 * 1024 * 1024 + 1)
     app[SERVICES] = services
-    app.cleanup_ctx.append(_database)
+    app.cleanup_ctx.append(_resources)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
-    for module in (todos, ingest, reply, mcp, api, web_ui):
-        module.setup(app)
+    ingest.setup(app)
+    mcp.setup(app, services)
+    api.setup(app)
+    web_ui.setup(app)
+    # Last, so the jobs start once every surface is set up and stop before their resources close.
+    app.cleanup_ctx.append(_background)
     return app

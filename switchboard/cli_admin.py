@@ -22,12 +22,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from switchboard import outbound, tenancy, todos
-from switchboard.app import Services
 from switchboard.cli import emit, fail, json_option, main, run, settings_or_exit
 from switchboard.db import Database
 from switchboard.errors import SwitchboardError, invalid
 from switchboard.models import Human, Team
 from switchboard.plugins import load as load_providers
+from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.tenancy import Owner
 from switchboard.vault import Vault

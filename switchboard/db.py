@@ -16,6 +16,8 @@ from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -27,6 +29,49 @@ def utcnow() -> datetime:
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached."""
+
+
+# Driver exceptions (by class name, so neither driver has to be importable) that mean the server
+# cannot be reached, is starting or stopping, or dropped the connection mid-statement.
+_DRIVER_OUTAGES = frozenset(
+    {
+        "CannotConnectNowError",  # asyncpg: "the database system is starting up / shutting down"
+        "ConnectionDoesNotExistError",  # asyncpg: the connection was closed mid-statement
+        "ConnectionFailureError",
+        "ConnectionRejectionError",
+        "InterfaceError",
+        "InternalClientError",
+        "PostgresConnectionError",
+        "AdminShutdownError",  # the server was stopped under us
+        "CrashShutdownError",
+        "TooManyConnectionsError",
+        "OperationalError",  # sqlite3: locked, read-only, disk I/O, cannot open
+    }
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """The one definition of "the database is unavailable" that every surface uses (ingest, MCP,
+    the API, the UI, the CLI, background passes): the answer is then 503 / ``unavailable`` / one
+    CLI line and a warning, never a 500. An integrity error (a constraint said no) is not an outage.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, IntegrityError):
+            return False
+        if isinstance(
+            current, DatabaseUnavailable | OSError | PoolTimeout | OperationalError | InterfaceError
+        ):
+            return True
+        if type(current).__name__ in _DRIVER_OUTAGES:
+            return True
+        if isinstance(current, DBAPIError) and current.connection_invalidated:
+            return True
+        nxt = getattr(current, "orig", None) if isinstance(current, DBAPIError) else None
+        current = nxt if isinstance(nxt, BaseException) else (current.__cause__ or current.__context__)
+    return False
 
 
 class Database:

@@ -21,17 +21,17 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
 
-from switchboard.app import SERVICES, Services, periodic
 from switchboard.db import utcnow
 from switchboard.models import Todo
+from switchboard.services import Services
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
@@ -358,37 +358,23 @@ class Doorbell:
                 await task
 
 
-def doorbell_of(services: Services) -> Doorbell:
-    bell = services.extras.get("doorbell")
-    if bell is None:
-        bell = services.extras["doorbell"] = Doorbell(services)
-    return bell
-
-
-async def _sweep(services: Services) -> None:
-    await doorbell_of(services).sweep()
-
-
-def setup(app: web.Application) -> None:
-    """Subscribe the doorbell to new todos while the app runs; re-ring sweep; LISTEN on PostgreSQL."""
-
-    async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        services = app[SERVICES]
-        bell = doorbell_of(services)
-        services.todo_listeners.append(bell.todos_available)
-        listener = None
-        if not services.db.is_sqlite:
-            listener = asyncio.create_task(bell.listen(), name="switchboard:doorbell-listen")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(ValueError):
-                services.todo_listeners.remove(bell.todos_available)
-            if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await listener
-            await bell.close()
-
-    app.cleanup_ctx.append(lifetime)
-    app.cleanup_ctx.append(periodic("doorbell-sweep", SWEEP_INTERVAL, _sweep))
+@asynccontextmanager
+async def ringing(bell: Doorbell) -> AsyncIterator[None]:
+    """While the app runs: the bell hears about new todos, and on PostgreSQL LISTENs for todos
+    made by other processes. ``app.py`` enters this and schedules ``bell.sweep`` with the other
+    background jobs."""
+    services = bell.services
+    services.todo_listeners.append(bell.todos_available)
+    listener = None
+    if not services.db.is_sqlite:
+        listener = asyncio.create_task(bell.listen(), name="switchboard:doorbell-listen")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            services.todo_listeners.remove(bell.todos_available)
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        await bell.close()

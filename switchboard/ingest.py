@@ -30,12 +30,12 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from switchboard.app import Services, periodic, services_of
 from switchboard.db import DatabaseUnavailable, utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
 from switchboard.models import Endpoint, Event, Route, Todo, Webhook
 from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.services import Services, services_of
 from switchboard.tenancy import endpoint_is_live, webhook_secret
 from switchboard.todos import encode_payload, new_todo_row
 from switchboard.vault import VaultError
@@ -549,4 +549,3 @@ def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
     app[INGEST_LIMITER] = RateLimiter()
     app.router.add_post("/webhooks/{ingest_token}", handle_webhook)
-    app.cleanup_ctx.append(periodic("event-retention", 3600, prune_events))

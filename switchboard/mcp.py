@@ -39,10 +39,10 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from switchboard import doorbell, tenancy, todos
-from switchboard.app import SERVICES, Services, periodic
 from switchboard.db import DatabaseUnavailable
 from switchboard.errors import SwitchboardError
 from switchboard.models import Endpoint
+from switchboard.services import Services
 
 log = logging.getLogger("switchboard.mcp")
 
@@ -614,13 +614,13 @@ def _unauthorized(message: str) -> web.Response:
 
 
 class McpService:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, bell: doorbell.Doorbell) -> None:
         self.services = services
         self.server = build_server(services)
         self.init_options = self.server.create_initialization_options(
             experimental_capabilities={doorbell.CAPABILITY: {}}
         )
-        self.bell = doorbell.doorbell_of(services)
+        self.bell = bell
         # The SDK's stateless entry serves requests on the newest (per-request envelope) revision.
         self.stateless = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -808,12 +808,6 @@ class McpService:
         return closed
 
 
-async def _revocation_pass(services: Services) -> None:
-    service = services.extras.get("mcp")
-    if isinstance(service, McpService):
-        await service.sweep_revoked()
-
-
 def quiet_wire_loggers() -> None:
     """The SDK and the SSE writer log whole JSON-RPC messages at DEBUG. Tool arguments carry
     connection secrets and results carry lease tokens, so those loggers never go below INFO, even
@@ -824,39 +818,40 @@ def quiet_wire_loggers() -> None:
             logger.setLevel(logging.INFO)
 
 
-def setup(app: web.Application) -> None:
-    """``/mcp`` (GET, POST, DELETE), the session task group, the revocation sweep and the doorbell."""
-    doorbell.setup(app)
+MCP_SERVICE = web.AppKey("mcp_service", McpService)
+DOORBELL = web.AppKey("doorbell", doorbell.Doorbell)
+
+
+def setup(app: web.Application, services: Services) -> None:
+    """``/mcp`` (GET, POST, DELETE), the session task group and the doorbell. ``app.py`` schedules
+    the revocation pass and the doorbell sweep with the other background jobs."""
+    bell = app[DOORBELL] = doorbell.Doorbell(services)
+    service = app[MCP_SERVICE] = McpService(services, bell)
+
+    async def close_revoked(_endpoint_ids: list[str]) -> None:
+        await service.sweep_revoked()
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         quiet_wire_loggers()
-        service = McpService(app[SERVICES])
-        app[SERVICES].extras["mcp"] = service
         started, stop = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(service.run(started, stop), name="switchboard:mcp-sessions")
         await started.wait()
+        services.revocation_listeners.append(close_revoked)
         try:
-            yield
+            async with doorbell.ringing(bell):
+                yield
         finally:
+            with contextlib.suppress(ValueError):
+                services.revocation_listeners.remove(close_revoked)
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            app[SERVICES].extras.pop("mcp", None)
 
     async def close_sessions(app: web.Application) -> None:
         # on_shutdown runs before aiohttp waits for open handlers: end the GET streams now.
-        service = app[SERVICES].extras.get("mcp")
-        if isinstance(service, McpService):
-            await service.close_all()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        service = request.app[SERVICES].extras.get("mcp")
-        if not isinstance(service, McpService):
-            return web.json_response({"error": "unavailable", "message": "MCP is not running"}, status=503)
-        return await service.handle(request)
+        await service.close_all()
 
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(close_sessions)
-    app.cleanup_ctx.append(periodic("mcp-revocation", REVOCATION_SWEEP_SECONDS, _revocation_pass))
     for method in ("GET", "POST", "DELETE"):
-        app.router.add_route(method, PATH, handler)
+        app.router.add_route(method, PATH, service.handle)

@@ -50,7 +50,6 @@ IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 MAX_RESPONSE_BYTES = 1024 * 1024
 CONNECT_TIMEOUT = 5.0
 TOTAL_TIMEOUT = 15.0
-EXTRAS_KEY = "outbound"
 
 
 class OutboundError(Exception):
@@ -237,32 +236,33 @@ def from_settings(settings: Any, ssl_context: ssl.SSLContext | None = None) -> O
 
 
 def client_of(services: Any) -> Outbound:
-    """The process's guarded client (``reply.setup`` makes it; built lazily for the CLI and tests)."""
-    client = services.extras.get(EXTRAS_KEY)
-    if client is None:
-        client = services.extras[EXTRAS_KEY] = from_settings(services.settings)
+    """The process's guarded client (the server sets ``services.outbound`` for its lifetime; built
+    lazily here for tests that call the reply pipeline without a server)."""
+    if services.outbound is None:
+        services.outbound = from_settings(services.settings)
+    client: Outbound = services.outbound
     return client
+
+
+async def close_client(services: Any) -> None:
+    """Close the client ``client_of`` made (a test's, a CLI command's or a benchmark's)."""
+    client, services.outbound = services.outbound, None
+    if client is not None:
+        await client.close()
 
 
 @asynccontextmanager
 async def borrowed(services: Any) -> AsyncIterator[Outbound]:
     """The process's client when the server made one; otherwise (a CLI command) a client for this
     call only, closed after it, so no session is left open at exit."""
-    client = services.extras.get(EXTRAS_KEY)
-    if client is not None:
-        yield client
+    if services.outbound is not None:
+        yield services.outbound
         return
     temporary = from_settings(services.settings)
     try:
         yield temporary
     finally:
         await temporary.close()
-
-
-async def close_client(services: Any) -> None:
-    client = services.extras.pop(EXTRAS_KEY, None)
-    if client is not None:
-        await client.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,20 +20,17 @@ import math
 import re
 import time
 import unicodedata
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from aiohttp import web
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import outbound, secretscan
-from switchboard.app import SERVICES, periodic
 from switchboard.connections import api_overrides, open_secret
 from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError, invalid, not_found
@@ -460,19 +457,3 @@ async def sweep_pending(services: Any) -> int:
         services.metrics.inc("switchboard_replies_total", swept, state="unknown", error_class="network")
         log.warning("marked %d reply(s) stuck pending as unknown", swept)
     return swept
-
-
-async def _outbound_client(app: web.Application) -> AsyncIterator[None]:
-    services = app[SERVICES]
-    # A test (or an embedding) may install its own client first; only close what we made.
-    made = outbound.EXTRAS_KEY not in services.extras
-    outbound.client_of(services)
-    yield
-    if made:
-        await outbound.close_client(services)
-
-
-def setup(app: web.Application) -> None:
-    """The guarded outbound client for this process, and the pending-reply sweeper."""
-    app.cleanup_ctx.append(_outbound_client)
-    app.cleanup_ctx.append(periodic("reply-sweeper", SWEEP_INTERVAL, sweep_pending))

@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aiohttp import web
 from sqlalchemy import func, insert, literal, literal_column, select, true, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -21,10 +20,8 @@ from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Attempt, Endpoint, Reply, Todo
+from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, Owner, check_queue, endpoint_is_live, scope_filter
-
-if TYPE_CHECKING:
-    from switchboard.app import Services
 
 log = logging.getLogger("switchboard.todos")
 
@@ -821,10 +818,3 @@ async def lifecycle_pass(services: Services) -> None:
     if repended:
         services.metrics.inc("switchboard_todo_transitions_total", len(repended), verb="requeue")
         await services.todos_created(repended)
-
-
-def setup(app: web.Application) -> None:
-    """The lease reaper and retry scheduler, every second (cheap: both walk partial indexes)."""
-    from switchboard.app import periodic
-
-    app.cleanup_ctx.append(periodic("todo-lifecycle", 1.0, lifecycle_pass))

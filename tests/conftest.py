@@ -24,9 +24,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from switchboard import db as db_mod
 from switchboard import plugins
-from switchboard.app import Services, make_app
+from switchboard.app import make_app
+from switchboard.doorbell import Doorbell
 from switchboard.logs import RedactingAccessLogger
+from switchboard.mcp import DOORBELL
 from switchboard.models import Base
+from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.vault import Vault
 
@@ -74,8 +77,11 @@ def _migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         db_mod.upgrade(url)
         yield url
     finally:
-        asyncio.run(_admin(admin.render_as_string(hide_password=False),
-                           f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(
+            _admin(
+                admin.render_as_string(hide_password=False), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+            )
+        )
 
 
 @pytest.fixture
@@ -143,6 +149,12 @@ async def server(services: Services) -> AsyncIterator[TestServer]:
     await test_server.start_server(access_log_class=RedactingAccessLogger)
     yield test_server
     await test_server.close()
+
+
+@pytest.fixture
+def bell(server: TestServer) -> Doorbell:
+    """The running app's doorbell (its live MCP sessions)."""
+    return server.app[DOORBELL]
 
 
 @pytest.fixture

@@ -366,6 +366,6 @@ def settings_overrides(fake_github: FakeProvider, fake_slack: FakeProvider) -> d
 async def guarded(services: Any) -> AsyncIterator[Outbound]:
     """The services' outbound client: the production one, trusting the fakes' test CA."""
     client = guarded_client(allow_cidrs=services.settings.outbound_allow_cidrs)
-    services.extras["outbound"] = client
+    services.outbound = client
     yield client
     await client.close()

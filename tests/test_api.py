@@ -17,9 +17,10 @@ from sqlalchemy import text
 
 from switchboard import tenancy
 from switchboard.api import OPERATIONS, PREFIX
-from switchboard.app import Services
 from switchboard.db import Database
+from switchboard.mcp import DOORBELL
 from switchboard.models import Base
+from switchboard.services import Services
 from tests.mcp_client import connect
 
 
@@ -827,12 +828,12 @@ async def test_database_down_is_503_json(alice: Api, services: Services) -> None
 
 
 async def test_revoking_over_the_api_closes_live_mcp_sessions_at_once(
-    alice: Api, services: Services, base_url: str
+    alice: Api, services: Services, server: TestServer, base_url: str
 ) -> None:
     vended = await alice.ok("POST", "/endpoints", {"name": "Live Bot"}, 201)
     await alice.ok("POST", "/todos", {"endpoint": "live-bot", "title": "t"}, 201)
     endpoint = await tenancy.get_endpoint(services.db, "live-bot")
-    bell = services.extras["doorbell"]
+    bell = server.app[DOORBELL]
     async with connect(base_url, vended["token"], endpoint) as agent:
         assert len((await agent.ok("list_todos"))["todos"]) == 1
         assert any(s.endpoint_id == endpoint.id for s in bell.sessions.values())

@@ -284,7 +284,7 @@ async def test_a_private_address_fails_the_test_without_a_dial(
 ) -> None:
     from tests.fakes import guarded_client
 
-    services.extras["outbound"] = strict = guarded_client(allow_cidrs="")
+    services.outbound = strict = guarded_client(allow_cidrs="")
     alice = await owner_of(db, "alice")
     made = await conn.create_connection(
         services, alice, kind="gitea", name="gt", account_key=fake_gitea.base_url, secret=SECRET

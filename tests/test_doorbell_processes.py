@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from switchboard import tenancy
-from switchboard.app import Services
 from switchboard.db import Database
+from switchboard.services import Services
 from tests.conftest import TEST_ENCRYPTION_KEY, engine_name
 from tests.mcp_client import Agent, connect, vend
 

@@ -32,12 +32,12 @@ from fixtures.ingest_kit import (
 from sqlalchemy import select, update
 
 from switchboard import tenancy
-from switchboard.app import Services
 from switchboard.db import utcnow
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_LIMITER
 from switchboard.models import Event, Reply, Todo, Webhook
 from switchboard.provider import reply_marker
+from switchboard.services import Services
 from switchboard.todos import payload_of
 
 GITHUB_CASES = [

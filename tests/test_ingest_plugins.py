@@ -27,8 +27,8 @@ from fixtures.ingest_kit import (
 )
 
 from switchboard import plugins
-from switchboard.app import Services
 from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.services import Services
 
 LINEAR_BODY = json.dumps(
     {

@@ -8,12 +8,14 @@ import logging
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 
 from switchboard import doorbell, mcp, tenancy
-from switchboard.app import Services
 from switchboard.db import Database
+from switchboard.mcp import DOORBELL
 from switchboard.models import Todo
+from switchboard.services import Services
 from tests.mcp_client import Agent, add_todo, connect, vend
 
 BASICS = ["list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release"]
@@ -325,7 +327,7 @@ async def test_fencing_refuses_a_stale_holder_over_mcp(db: Database, base_url: s
 
 
 async def test_revoking_an_endpoint_closes_its_sessions_and_then_401(
-    db: Database, services: Services, base_url: str
+    db: Database, services: Services, server: TestServer, base_url: str
 ) -> None:
     ep, token = await vend(db)
     todo = await add_todo(db, ep)
@@ -340,7 +342,7 @@ async def test_revoking_an_endpoint_closes_its_sessions_and_then_401(
             assert resp.status == 202
         stream = await http.get(f"{base_url}/mcp", headers={**headers, "Accept": "text/event-stream"})
         assert stream.status == 200
-        bell = services.extras["doorbell"]
+        bell = server.app[DOORBELL]
         assert session_id in bell.sessions
 
         # Revoked from "another process": straight in the database, as the CLI does.
@@ -408,7 +410,10 @@ async def test_an_endpoint_over_its_session_limit_loses_its_oldest_session(
 
 
 async def test_malformed_requests_get_a_4xx_and_leave_no_session(
-    db: Database, services: Services, base_url: str
+    db: Database,
+    services: Services,
+    base_url: str,
+    bell: doorbell.Doorbell,
 ) -> None:
     _, token = await vend(db)
     auth = {"Authorization": f"Bearer {token}"}
@@ -430,4 +435,4 @@ async def test_malformed_requests_get_a_4xx_and_leave_no_session(
         for method, headers, body in cases:
             async with http.request(method, f"{base_url}/mcp", headers=headers, data=body) as resp:
                 assert 400 <= resp.status < 500, (method, headers, body[:40], resp.status)
-    assert not doorbell.doorbell_of(services).sessions
+    assert not bell.sessions

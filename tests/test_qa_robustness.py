@@ -26,10 +26,10 @@ from mcp_client import add_todo, connect, vend
 from sqlalchemy import func, select
 
 from switchboard import secretscan, tenancy
-from switchboard.app import Services
 from switchboard.db import Database
 from switchboard.logs import RedactingFilter, redact_path
 from switchboard.models import Team, Todo
+from switchboard.services import Services
 
 INIT = {
     "jsonrpc": "2.0",
@@ -238,9 +238,7 @@ async def test_a_tool_call_on_a_read_only_database_is_unavailable(
 async def test_a_background_task_logs_a_database_outage_once_without_a_traceback(
     services: Services, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from aiohttp import web
-
-    from switchboard.app import SERVICES, periodic
+    from switchboard.app import Job, run_periodically
 
     passes: list[str] = []
     down_a_while, up_a_while = asyncio.Event(), asyncio.Event()
@@ -254,21 +252,19 @@ async def test_a_background_task_logs_a_database_outage_once_without_a_traceback
         async with svc.db.read() as s:
             await s.execute(select(func.count()).select_from(Todo))
 
-    app = web.Application()
-    app[SERVICES] = services
     real = services.db
     services.db = Database(UNREACHABLE)
-    ctx = periodic("qa-probe", 0.01, pass_)(app)
     caplog.set_level(logging.INFO, logger="switchboard")
-    await ctx.__anext__()
+    task = asyncio.create_task(run_periodically(Job("qa-probe", 0.01, lambda: pass_(services))))
     try:
         await asyncio.wait_for(down_a_while.wait(), 10)
         await services.db.dispose()
         services.db = real
         await asyncio.wait_for(up_a_while.wait(), 10)
     finally:
-        with contextlib.suppress(StopAsyncIteration):
-            await ctx.__anext__()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         if services.db is not real:
             await services.db.dispose()
             services.db = real

@@ -511,7 +511,7 @@ async def test_a_failed_connect_is_retried_twice(services: Any, db: Any, guarded
 async def test_a_timeout_after_sending_is_unknown_and_never_retried(
     services: Any, db: Any, fake_github: FakeProvider
 ) -> None:
-    services.extras["outbound"] = client = guarded_client(total_timeout=0.5)
+    services.outbound = client = guarded_client(total_timeout=0.5)
     owner, endpoint = await human_and_endpoint(db)
     await conn.create_connection(
         services, owner, kind="github", name="gh", account_key=None, secret=GITHUB_SECRET
@@ -683,7 +683,7 @@ async def test_a_private_destination_is_refused_at_connect_and_recorded_failed(
 ) -> None:
     """With no allowed networks (the production default), a connection whose base URL is on a
     private address never reaches it: the reply fails with the network class and is not retried."""
-    services.extras["outbound"] = strict = guarded_client(allow_cidrs="")
+    services.outbound = strict = guarded_client(allow_cidrs="")
     owner, endpoint = await human_and_endpoint(db)
     await conn.create_connection(
         services, owner, kind="gitea", name="gitea", account_key=fake_gitea.base_url, secret=GITHUB_SECRET

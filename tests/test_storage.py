@@ -12,10 +12,11 @@ from sqlalchemy.exc import IntegrityError
 
 from switchboard import db as db_mod
 from switchboard import tenancy
-from switchboard.app import Services, make_app
+from switchboard.app import make_app
 from switchboard.db import Database, utcnow
 from switchboard.models import Base
 from switchboard.plugins import load
+from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.vault import Vault
 

@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import select, update
 
 from switchboard import todos
-from switchboard.app import Services
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError
 from switchboard.ids import token_hash
 from switchboard.models import Attempt, Todo
+from switchboard.services import Services
 from tests.mcp_client import add_todo, vend
 
 

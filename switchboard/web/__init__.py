@@ -27,7 +27,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-from switchboard.app import periodic
 from switchboard.web import board, connections, endpoints, session, teams, webhooks
 from switchboard.web.forms import page_view
 from switchboard.web.html import error_page
@@ -79,9 +78,8 @@ async def not_found_page(request: web.Request) -> web.StreamResponse:
 
 
 def setup(app: web.Application) -> None:
-    """Add the UI routes, the security headers and the expired-session sweep to the app."""
+    """Add the UI routes and the security headers to the app."""
     app.on_response_prepare.append(security_headers)
-    app.cleanup_ctx.append(periodic("web-session-purge", 3600, session.purge_expired_sessions))
     r = app.router
     r.add_get("/", root)
     r.add_get("/ui/static/app.css", stylesheet)

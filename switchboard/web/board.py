@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 from aiohttp import web
 from sqlalchemy import select
 
-from switchboard.app import services_of
 from switchboard.errors import SwitchboardError
 from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.reply import replies_of
+from switchboard.services import services_of
 from switchboard.todos import BOARD_STATES, payload_of, replies_summary, scoped_rows
 from switchboard.web.html import (
     EMPTY,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from aiohttp import web
 
 from switchboard import connections as owner_connections
-from switchboard.app import Services, services_of
+from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
 from switchboard.web.forms import changes, list_field, see_other, shows_refusals
 from switchboard.web.html import (

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from switchboard import tenancy
-from switchboard.app import services_of
 from switchboard.models import Endpoint
+from switchboard.services import services_of
 from switchboard.tenancy import Owner
 from switchboard.web.forms import int_field, list_field, see_other, shows_refusals
 from switchboard.web.html import (
@@ -214,10 +214,7 @@ async def revoke(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     viewer.managing(Owner.of(endpoint), "revoke it")
     await tenancy.revoke_endpoint(services.db, slug)
     log.info("web: %s revoked endpoint %s", viewer.handle, slug)
-    # Close its live MCP sessions now rather than at the next revocation sweep. The MCP service
-    # registers itself in extras; every MCP request re-checks the token in any case.
-    mcp_service = services.extras.get("mcp")
-    sweep = getattr(mcp_service, "sweep_revoked", None)
-    if sweep is not None:
-        await sweep()
+    # Close its live MCP sessions now rather than at the next revocation pass (every MCP request
+    # re-checks the token in any case).
+    await services.endpoints_revoked([endpoint.id])
     raise see_other("/ui/endpoints", "revoked")

@@ -24,11 +24,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import tenancy
-from switchboard.app import Services, services_of
 from switchboard.db import DatabaseUnavailable, utcnow
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.ids import new_token, token_hash
 from switchboard.models import Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
+from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner, scope_filter
 from switchboard.web.forms import Handler, check_request_text, read_form, see_other
 from switchboard.web.html import error_page, h, notice_of, page, secret_field

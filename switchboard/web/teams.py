@@ -11,8 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from switchboard import tenancy
-from switchboard.app import services_of
 from switchboard.errors import invalid, not_found
+from switchboard.services import services_of
 from switchboard.web.forms import see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,

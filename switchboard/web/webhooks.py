@@ -15,9 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from switchboard import tenancy
-from switchboard.app import Services, services_of
 from switchboard.errors import invalid
 from switchboard.models import Endpoint, Webhook
+from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
 from switchboard.web.forms import changes, shows_refusals
 from switchboard.web.html import (
