@@ -1,18 +1,17 @@
-"""Todos: minting them, reading them, and the rows every surface shows.
+"""The agent's verbs (SPEC §5.1) and the background passes that move todos without an agent.
 
-The lifecycle verbs (claim, heartbeat, complete, fail, release) and the background reaper and
-retry scheduler live here too; MCP, the API and the CLI call these functions and never touch the
-table themselves.
+Every verb takes the calling endpoint: a todo of another endpoint is ``not_found``, so existence is
+never revealed across endpoints. The reaper and the retry scheduler (``lifecycle_pass``) return
+expired and retry-due todos to ``pending``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, literal, literal_column, select, true, tuple_, update
+from sqlalchemy import func, insert, literal, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -21,266 +20,8 @@ from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Attempt, Endpoint, Reply, Todo
 from switchboard.services import Services
-from switchboard.tenancy import MAX_LEASE_SECONDS, Owner, check_queue, endpoint_is_live, scope_filter
-
-log = logging.getLogger("switchboard.todos")
-
-DEFAULT_MAX_ATTEMPTS = 5
-MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
-TITLE_LIMIT = 300
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def encode_payload(payload: Any) -> bytes:
-    """A todo's stored payload: compact JSON, UTF-8."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def new_todo_row(
-    *,
-    endpoint_id: str,
-    queue: str,
-    source: str,
-    kind: str,
-    title: str,
-    payload: Any,
-    reply_to: dict[str, Any] | None = None,
-    event_id: str | None = None,
-    now: datetime | None = None,
-    encoded: bytes | None = None,
-) -> Todo:
-    """A pending todo, ready to add to the caller's transaction (ingest mints these per target).
-
-    ``encoded`` is ``encode_payload(payload)`` when the caller already has it: ingest encodes a
-    delivery's payload once for all its targets instead of once per todo.
-    """
-    now = now or utcnow()
-    body = encoded if encoded is not None else encode_payload(payload)
-    flat_title = " ".join(str(title).split())[:TITLE_LIMIT] or "(untitled)"
-    return Todo(
-        id=new_id("td"),
-        endpoint_id=endpoint_id,
-        event_id=event_id,
-        queue=queue,
-        source=source,
-        kind=kind[:100],
-        title=flat_title,
-        state="pending",
-        attempt=0,
-        max_attempts=DEFAULT_MAX_ATTEMPTS,
-        dead_letter=False,
-        payload=body,
-        payload_size=len(body),
-        reply_to=reply_to,
-        ring_count=0,
-        next_ring_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-async def push(
-    db: Database, *, endpoint_slug: str, title: str, queue: str | None = None, payload: Any = None
-) -> Todo:
-    """An operator-made todo (``todo push``): no event, no reply address."""
-    if not isinstance(title, str) or not title.strip():
-        raise invalid("title must not be empty")
-    async with db.write() as s:
-        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
-        if endpoint is None:
-            raise not_found(f"endpoint {endpoint_slug!r}")
-        if not endpoint_is_live(endpoint):
-            raise invalid(f"endpoint {endpoint_slug!r} is not active")
-        queue = check_queue(queue or endpoint.queues[0])
-        if queue not in endpoint.queues:
-            raise invalid(f"queue {queue!r} is not granted to endpoint {endpoint_slug!r}")
-        todo = new_todo_row(
-            endpoint_id=endpoint.id,
-            queue=queue,
-            source="manual",
-            kind="manual",
-            title=title,
-            payload=payload if payload is not None else {},
-        )
-        if todo.payload_size > MAX_PAYLOAD_BYTES:
-            raise invalid("payload is larger than 5 MiB")
-        s.add(todo)
-    return todo
-
-
-async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """``{"count","last_state","last_permalink"}`` per todo, in two queries whatever the count."""
-    if not todo_ids:
-        return {}
-    counts = dict(
-        (
-            await s.execute(
-                select(Reply.todo_id, func.count()).where(Reply.todo_id.in_(todo_ids)).group_by(Reply.todo_id)
-            )
-        ).all()
-    )
-    out = {tid: {"count": 0, "last_state": None, "last_permalink": None} for tid in todo_ids}
-    if counts:
-        rows = await s.execute(
-            select(Reply.todo_id, Reply.state, Reply.permalink, Reply.created_at, Reply.id)
-            .where(Reply.todo_id.in_(list(counts)))
-            .order_by(Reply.created_at, Reply.id)
-        )
-        for todo_id, state, permalink, _, _ in rows:
-            out[todo_id].update(count=counts[todo_id], last_state=state, last_permalink=permalink)
-    return out
-
-
-def _summary_columns(todo_id: str) -> tuple[Any, Any, Any]:
-    """The replies summary of one todo as three scalar subqueries, so a lifecycle write can return
-    it instead of two more round trips. ``todo_id`` is a value, not a column: SQLite renders
-    RETURNING columns unqualified, which would make a correlated subquery compare replies to
-    themselves."""
-    latest = select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at.desc(), Reply.id.desc())
-    return (
-        select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id).scalar_subquery(),
-        latest.with_only_columns(Reply.state).limit(1).scalar_subquery(),
-        latest.with_only_columns(Reply.permalink).limit(1).scalar_subquery(),
-    )
-
-
-def _summary_of(count: int | None, last_state: str | None, last_permalink: str | None) -> dict[str, Any]:
-    """The same dict as ``replies_summary`` gives, from ``_summary_columns`` values."""
-    if not count:
-        return {"count": 0, "last_state": None, "last_permalink": None}
-    return {"count": count, "last_state": last_state, "last_permalink": last_permalink}
-
-
-def public_reply_to(reply_to: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The address as agents see it: kind, display and the non-secret fields (all of them are)."""
-    return dict(reply_to) if reply_to else None
-
-
-def todo_row(todo: Todo, replies: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A todo as MCP, the API and the CLI show it (SPEC §5.2), without its payload."""
-    return {
-        "id": todo.id,
-        "queue": todo.queue,
-        "source": todo.source,
-        "kind": todo.kind,
-        "title": todo.title,
-        "state": todo.state,
-        "attempt": todo.attempt,
-        "max_attempts": todo.max_attempts,
-        "lease_expires_at": rfc3339(todo.lease_expires_at),
-        "next_retry_at": rfc3339(todo.next_retry_at),
-        "dead_letter": todo.dead_letter,
-        "created_at": rfc3339(todo.created_at),
-        "updated_at": rfc3339(todo.updated_at),
-        "payload_size": todo.payload_size,
-        "reply_to": public_reply_to(todo.reply_to),
-        "replies": replies or {"count": 0, "last_state": None, "last_permalink": None},
-    }
-
-
-def payload_of(todo: Todo) -> Any:
-    try:
-        return json.loads(todo.payload)
-    except ValueError:
-        return todo.payload.decode("utf-8", errors="replace")
-
-
-# ---------------------------------------------------------------------------------------------
-# Reads for humans: the operator API, the web board and the CLI see every todo of the scopes they
-# may see (``scopes=None``: all of them, for the instance operator on the CLI).
-
-OPERATOR_LIMIT_MAX = 1000
-BOARD_STATES = ("pending", "claimed", "done", "failed", "dead")
-
-
-async def scoped_rows(
-    s: AsyncSession,
-    *,
-    scopes: list[Owner] | None,
-    endpoint_slug: str | None = None,
-    state: str | None = None,
-    queue: str | None = None,
-    before: str | None = None,
-    limit: int = 50,
-) -> list[tuple[Todo, Endpoint]]:
-    """Todos with their endpoints, newest first. ``state`` may also be ``dead`` (dead letters);
-    ``before`` is a todo id to page past (keyset paging). An endpoint or cursor outside ``scopes``
-    is ``not_found``, exactly like one that does not exist."""
-    if state is not None and state not in BOARD_STATES:
-        raise invalid(f"state {state!r} must be one of {', '.join(BOARD_STATES)}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= OPERATOR_LIMIT_MAX:
-        raise invalid(f"limit must be an integer between 1 and {OPERATOR_LIMIT_MAX}")
-    visible = scope_filter(scopes) if scopes is not None else true()
-    query = select(Todo, Endpoint).join(Endpoint, Todo.endpoint_id == Endpoint.id).where(visible)
-    if endpoint_slug is not None:
-        endpoint_id = await s.scalar(select(Endpoint.id).where(Endpoint.slug == endpoint_slug, visible))
-        if endpoint_id is None:
-            raise not_found(f"endpoint {endpoint_slug!r}")
-        query = query.where(Todo.endpoint_id == endpoint_id)
-    if state == "dead":
-        query = query.where(Todo.dead_letter.is_(True))
-    elif state is not None:
-        query = query.where(Todo.state == state)
-    if queue is not None:
-        query = query.where(Todo.queue == queue)
-    if before is not None:
-        cursor = (
-            await s.execute(
-                select(Todo.created_at, Todo.id)
-                .join(Endpoint, Todo.endpoint_id == Endpoint.id)
-                .where(Todo.id == before, visible)
-            )
-        ).first()
-        if cursor is None:
-            raise not_found(f"todo {before!r}")
-        query = query.where(tuple_(Todo.created_at, Todo.id) < tuple_(cursor[0], cursor[1]))
-    rows = await s.execute(query.order_by(Todo.created_at.desc(), Todo.id.desc()).limit(limit))
-    return [(todo, endpoint) for todo, endpoint in rows.all()]
-
-
-async def list_in_scopes(db: Database, *, scopes: list[Owner] | None, **filters: Any) -> list[dict[str, Any]]:
-    """Todo rows (no payloads), newest first, each with its endpoint's slug (see ``scoped_rows``)."""
-    async with db.read() as s:
-        rows = await scoped_rows(s, scopes=scopes, **filters)
-        summaries = await replies_summary(s, [t.id for t, _ in rows])
-    return [{**todo_row(t, summaries.get(t.id)), "endpoint": e.slug} for t, e in rows]
-
-
-async def show_in_scopes(db: Database, todo_id: str, *, scopes: list[Owner] | None) -> dict[str, Any]:
-    """One todo as ``get_todo`` shows it (payload, result, attempts, replies), plus its endpoint's
-    slug and each attempt's endpoint slug; ``not_found`` outside ``scopes``."""
-    async with db.read() as s:
-        visible = scope_filter(scopes) if scopes is not None else true()
-        found = (
-            await s.execute(
-                select(Todo, Endpoint.slug)
-                .join(Endpoint, Todo.endpoint_id == Endpoint.id)
-                .where(Todo.id == todo_id, visible)
-            )
-        ).first()
-        if found is None:
-            raise not_found(f"todo {todo_id!r}")
-        todo, slug = found
-        detail = await todo_detail(s, todo)
-        attempt_endpoints = {a["endpoint_id"] for a in detail["attempts"]}
-        slugs = dict(
-            (
-                await s.execute(select(Endpoint.id, Endpoint.slug).where(Endpoint.id.in_(attempt_endpoints)))
-            ).all()
-        )
-    for attempt in detail["attempts"]:
-        attempt["endpoint"] = slugs.get(attempt["endpoint_id"], attempt["endpoint_id"])
-    return {**detail, "endpoint": slug}
-
-
-# ---------------------------------------------------------------------------------------------
-# The lifecycle (SPEC §5.1). Every verb takes the calling endpoint: a todo of another endpoint is
-# `not_found`, so existence is never revealed across endpoints.
+from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
+from switchboard.todos.views import payload_of, replies_summary, todo_detail, todo_row
 
 STATES = ("pending", "claimed", "done", "failed")
 LIST_LIMIT_DEFAULT = 50
@@ -424,6 +165,26 @@ _SIBLING = aliased(Attempt)
 _ATTEMPT = Attempt.__table__.c
 
 
+def _summary_columns(todo_id: str) -> tuple[Any, Any, Any]:
+    """The replies summary of one todo as three scalar subqueries, so a lifecycle write can return
+    it instead of two more round trips. ``todo_id`` is a value, not a column: SQLite renders
+    RETURNING columns unqualified, which would make a correlated subquery compare replies to
+    themselves."""
+    latest = select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at.desc(), Reply.id.desc())
+    return (
+        select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id).scalar_subquery(),
+        latest.with_only_columns(Reply.state).limit(1).scalar_subquery(),
+        latest.with_only_columns(Reply.permalink).limit(1).scalar_subquery(),
+    )
+
+
+def _summary_of(count: int | None, last_state: str | None, last_permalink: str | None) -> dict[str, Any]:
+    """The same dict as ``replies_summary`` gives, from ``_summary_columns`` values."""
+    if not count:
+        return {"count": 0, "last_state": None, "last_permalink": None}
+    return {"count": count, "last_state": last_state, "last_permalink": last_permalink}
+
+
 async def _add_attempt(
     s: AsyncSession, todo_id: str, endpoint_id: str, now: datetime, lease_expires_at: datetime
 ) -> dict[str, Any]:
@@ -511,63 +272,6 @@ async def list_todos(
         )
         summaries = await replies_summary(s, [t.id for t in todos])
     return [todo_row(t, summaries[t.id]) for t in todos]
-
-
-def attempt_view(attempt: Attempt) -> dict[str, Any]:
-    return {
-        "number": attempt.number,
-        "endpoint_id": attempt.endpoint_id,
-        "claimed_at": rfc3339(attempt.claimed_at),
-        "lease_expires_at": rfc3339(attempt.lease_expires_at),
-        "heartbeats": attempt.heartbeats,
-        "last_heartbeat_at": rfc3339(attempt.last_heartbeat_at),
-        "outcome": attempt.outcome,
-        "summary": attempt.summary,
-        "error": attempt.error,
-        "ended_at": rfc3339(attempt.ended_at),
-    }
-
-
-def reply_view(reply: Reply) -> dict[str, Any]:
-    """A reply row as MCP ``get_todo``, the API and the board list it: never the text (only its
-    hash is kept), never a secret (the connection's fingerprint snapshot at most)."""
-    return {
-        "id": reply.id,
-        "state": reply.state,
-        "connection": {
-            "id": reply.connection_id,
-            "name": reply.connection_name,
-            "fingerprint": reply.connection_fingerprint,
-        },
-        "address_kind": reply.address_kind,
-        "display": reply.display,
-        "text_hash": reply.text_hash,
-        "provider_object_id": reply.provider_object_id,
-        "permalink": reply.permalink,
-        "error_class": reply.error_class,
-        "error_code": reply.error_code,
-        "created_at": rfc3339(reply.created_at),
-        "updated_at": rfc3339(reply.updated_at),
-    }
-
-
-async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
-    """Row + ``payload``, ``result``, ``attempts`` and the ``replies`` list (MCP ``get_todo``)."""
-    attempts = (
-        await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))
-    ).all()
-    replies = (
-        await s.scalars(select(Reply).where(Reply.todo_id == todo.id).order_by(Reply.created_at, Reply.id))
-    ).all()
-    row = todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
-    return {
-        **row,
-        "payload": payload_of(todo),
-        "result": todo.result,
-        "finished_at": rfc3339(todo.finished_at),
-        "attempts": [attempt_view(a) for a in attempts],
-        "replies": [reply_view(r) for r in replies],
-    }
 
 
 async def get_todo(db: Database, endpoint: Endpoint, todo_id: Any) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""Minting todos: the stored row (ingest mints one per target) and the operator's ``todo push``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from switchboard.db import Database, utcnow
+from switchboard.errors import invalid, not_found
+from switchboard.ids import new_id
+from switchboard.models import Endpoint, Todo
+from switchboard.tenancy import check_queue, endpoint_is_live
+
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
+TITLE_LIMIT = 300
+
+
+def encode_payload(payload: Any) -> bytes:
+    """A todo's stored payload: compact JSON, UTF-8."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def new_todo_row(
+    *,
+    endpoint_id: str,
+    queue: str,
+    source: str,
+    kind: str,
+    title: str,
+    payload: Any,
+    reply_to: dict[str, Any] | None = None,
+    event_id: str | None = None,
+    now: datetime | None = None,
+    encoded: bytes | None = None,
+) -> Todo:
+    """A pending todo, ready to add to the caller's transaction (ingest mints these per target).
+
+    ``encoded`` is ``encode_payload(payload)`` when the caller already has it: ingest encodes a
+    delivery's payload once for all its targets instead of once per todo.
+    """
+    now = now or utcnow()
+    body = encoded if encoded is not None else encode_payload(payload)
+    flat_title = " ".join(str(title).split())[:TITLE_LIMIT] or "(untitled)"
+    return Todo(
+        id=new_id("td"),
+        endpoint_id=endpoint_id,
+        event_id=event_id,
+        queue=queue,
+        source=source,
+        kind=kind[:100],
+        title=flat_title,
+        state="pending",
+        attempt=0,
+        max_attempts=DEFAULT_MAX_ATTEMPTS,
+        dead_letter=False,
+        payload=body,
+        payload_size=len(body),
+        reply_to=reply_to,
+        ring_count=0,
+        next_ring_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def push(
+    db: Database, *, endpoint_slug: str, title: str, queue: str | None = None, payload: Any = None
+) -> Todo:
+    """An operator-made todo (``todo push``): no event, no reply address."""
+    if not isinstance(title, str) or not title.strip():
+        raise invalid("title must not be empty")
+    async with db.write() as s:
+        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
+        if endpoint is None:
+            raise not_found(f"endpoint {endpoint_slug!r}")
+        if not endpoint_is_live(endpoint):
+            raise invalid(f"endpoint {endpoint_slug!r} is not active")
+        queue = check_queue(queue or endpoint.queues[0])
+        if queue not in endpoint.queues:
+            raise invalid(f"queue {queue!r} is not granted to endpoint {endpoint_slug!r}")
+        todo = new_todo_row(
+            endpoint_id=endpoint.id,
+            queue=queue,
+            source="manual",
+            kind="manual",
+            title=title,
+            payload=payload if payload is not None else {},
+        )
+        if todo.payload_size > MAX_PAYLOAD_BYTES:
+            raise invalid("payload is larger than 5 MiB")
+        s.add(todo)
+    return todo

@@ -1,0 +1,135 @@
+"""How todos, their attempts and their replies look on every surface (SPEC §5.2).
+
+MCP, the operator API, the web board and the CLI all show these dicts; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from switchboard.models import Attempt, Reply, Todo
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{"count","last_state","last_permalink"}`` per todo, in two queries whatever the count."""
+    if not todo_ids:
+        return {}
+    counts = dict(
+        (
+            await s.execute(
+                select(Reply.todo_id, func.count()).where(Reply.todo_id.in_(todo_ids)).group_by(Reply.todo_id)
+            )
+        ).all()
+    )
+    out = {tid: {"count": 0, "last_state": None, "last_permalink": None} for tid in todo_ids}
+    if counts:
+        rows = await s.execute(
+            select(Reply.todo_id, Reply.state, Reply.permalink, Reply.created_at, Reply.id)
+            .where(Reply.todo_id.in_(list(counts)))
+            .order_by(Reply.created_at, Reply.id)
+        )
+        for todo_id, state, permalink, _, _ in rows:
+            out[todo_id].update(count=counts[todo_id], last_state=state, last_permalink=permalink)
+    return out
+
+
+def public_reply_to(reply_to: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The address as agents see it: kind, display and the non-secret fields (all of them are)."""
+    return dict(reply_to) if reply_to else None
+
+
+def todo_row(todo: Todo, replies: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A todo as MCP, the API and the CLI show it (SPEC §5.2), without its payload."""
+    return {
+        "id": todo.id,
+        "queue": todo.queue,
+        "source": todo.source,
+        "kind": todo.kind,
+        "title": todo.title,
+        "state": todo.state,
+        "attempt": todo.attempt,
+        "max_attempts": todo.max_attempts,
+        "lease_expires_at": rfc3339(todo.lease_expires_at),
+        "next_retry_at": rfc3339(todo.next_retry_at),
+        "dead_letter": todo.dead_letter,
+        "created_at": rfc3339(todo.created_at),
+        "updated_at": rfc3339(todo.updated_at),
+        "payload_size": todo.payload_size,
+        "reply_to": public_reply_to(todo.reply_to),
+        "replies": replies or {"count": 0, "last_state": None, "last_permalink": None},
+    }
+
+
+def payload_of(todo: Todo) -> Any:
+    try:
+        return json.loads(todo.payload)
+    except ValueError:
+        return todo.payload.decode("utf-8", errors="replace")
+
+
+def attempt_view(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "endpoint_id": attempt.endpoint_id,
+        "claimed_at": rfc3339(attempt.claimed_at),
+        "lease_expires_at": rfc3339(attempt.lease_expires_at),
+        "heartbeats": attempt.heartbeats,
+        "last_heartbeat_at": rfc3339(attempt.last_heartbeat_at),
+        "outcome": attempt.outcome,
+        "summary": attempt.summary,
+        "error": attempt.error,
+        "ended_at": rfc3339(attempt.ended_at),
+    }
+
+
+def reply_view(reply: Reply) -> dict[str, Any]:
+    """A reply row as MCP ``get_todo``, the API and the board list it: never the text (only its
+    hash is kept), never a secret (the connection's fingerprint snapshot at most)."""
+    return {
+        "id": reply.id,
+        "state": reply.state,
+        "connection": {
+            "id": reply.connection_id,
+            "name": reply.connection_name,
+            "fingerprint": reply.connection_fingerprint,
+        },
+        "address_kind": reply.address_kind,
+        "display": reply.display,
+        "text_hash": reply.text_hash,
+        "provider_object_id": reply.provider_object_id,
+        "permalink": reply.permalink,
+        "error_class": reply.error_class,
+        "error_code": reply.error_code,
+        "created_at": rfc3339(reply.created_at),
+        "updated_at": rfc3339(reply.updated_at),
+    }
+
+
+async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
+    """Row + ``payload``, ``result``, ``attempts`` and the ``replies`` list (MCP ``get_todo``)."""
+    attempts = (
+        await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))
+    ).all()
+    replies = (
+        await s.scalars(select(Reply).where(Reply.todo_id == todo.id).order_by(Reply.created_at, Reply.id))
+    ).all()
+    row = todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
+    return {
+        **row,
+        "payload": payload_of(todo),
+        "result": todo.result,
+        "finished_at": rfc3339(todo.finished_at),
+        "attempts": [attempt_view(a) for a in attempts],
+        "replies": [reply_view(r) for r in replies],
+    }
