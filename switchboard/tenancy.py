@@ -616,3 +616,25 @@ async def remove_route(db: Database, webhook_id: str, endpoint_slug: str) -> Non
         if route is None:
             raise not_found(f"route to {endpoint_slug!r} on webhook {webhook_id!r}")
         await s.delete(route)
+
+
+# ---------------------------------------------------------------------------------------------
+# What every operator surface (API, CLI) says about humans and vended endpoints
+
+
+def human_view(human: Human) -> dict[str, Any]:
+    """A human as every surface shows them: the token only as its display prefix."""
+    return {
+        "id": human.id,
+        "handle": human.handle,
+        "email": human.email,
+        "token_prefix": human.token_display,
+        "created_at": human.created_at,
+    }
+
+
+# Shown when an endpoint is vended with the ``connections`` verb family.
+CONNECTION_VERBS_WARNING = (
+    "this endpoint holds the connection verbs: they hand the agent the owner's outbound "
+    "credentials (it can create, rotate and delete connections; it never sees a secret)"
+)

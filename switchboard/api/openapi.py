@@ -1,0 +1,128 @@
+"""The OpenAPI 3.1 document served at ``/api/v1/openapi.json``, generated from the operations
+table and the response schemas the resource modules declare beside their rows.
+
+The helpers here (``obj``, ``ref``, ``list_of``, ``TIMESTAMP``) are what those modules write their
+schemas with; ``document`` puts the table and the schemas together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from switchboard.api.routing import PREFIX, Operation
+
+TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
+
+
+def obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": props, **({"required": required} if required else {})}
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def list_of(key: str, item: str) -> dict[str, Any]:
+    return obj({key: {"type": "array", "items": ref(item)}}, [key])
+
+
+# The schemas no one resource owns: the error every route may answer, and a deletion's answer.
+SHARED_SCHEMAS: dict[str, Any] = {
+    "Error": obj(
+        {"error": {"type": "string", "description": "Stable error code."}, "message": {"type": "string"}},
+        ["error", "message"],
+    ),
+    "Deleted": obj({"deleted": {"type": "boolean"}}, ["deleted"]),
+}
+
+_ERROR_TEXT = {
+    400: "Bad input: `invalid_body` (not a JSON object) or `invalid_argument`.",
+    401: "Missing or unknown token (`unauthorized`).",
+    403: "Visible but not yours to change (`forbidden`).",
+    404: "No such thing in the caller's scopes (`not_found`).",
+    409: "`conflict` (duplicate, or a team's last owner) or `encryption_required`.",
+    503: "The database cannot be reached (`unavailable`); retry.",
+}
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    error = {"content": {"application/json": {"schema": ref("Error")}}}
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in op.path_params
+    ] + [
+        {
+            "name": p.name,
+            "in": "query",
+            "required": p.required,
+            "schema": p.schema(),
+            **({"description": p.description} if p.description else {}),
+        }
+        for p in op.query
+    ]
+    entry: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "summary": op.summary,
+        "tags": [op.tag],
+        "responses": {
+            str(op.status): {
+                "description": "OK" if op.status == 200 else "Created",
+                "content": {"application/json": {"schema": ref(op.response)}},
+            },
+            **{str(code): {"description": _ERROR_TEXT[code], **error} for code in (*op.errors, 503)},
+        },
+    }
+    if parameters:
+        entry["parameters"] = parameters
+    if op.body is not None:
+        required = [p.name for p in op.body if p.required]
+        entry["requestBody"] = {
+            "required": bool(required),
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {p.name: p.schema() for p in op.body},
+                        **({"required": required} if required else {}),
+                    }
+                }
+            },
+        }
+    return entry
+
+
+def document(operations: Iterable[Operation], schemas: Mapping[str, Any]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations:
+        paths.setdefault(PREFIX + op.path, {})[op.method.lower()] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Switchboard operator API",
+            "version": "1",
+            "description": "Manage your own and your teams' endpoints, webhooks, connections and todos. "
+            "Authenticate with your personal token: `Authorization: Bearer sbo_…`. Another scope's ids "
+            "answer 404. Unknown fields are refused. Tokens and secrets appear once, in the response "
+            "that makes them.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "sbo_…"}},
+            "schemas": dict(schemas),
+        },
+        "paths": {
+            f"{PREFIX}/openapi.json": {
+                "get": {
+                    "operationId": "getOpenapi",
+                    "summary": "This document.",
+                    "tags": ["meta"],
+                    "security": [],
+                    "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
+                }
+            },
+            **paths,
+        },
+    }

@@ -1,0 +1,285 @@
+"""The small framework every operator API route goes through: an ``Operation`` declares a route,
+its query and body parameters and its response, and ``wrap`` turns it into an aiohttp handler.
+
+The same declaration registers the route, validates the request (unknown query parameters and
+body fields are refused, never ignored) and is read by ``openapi`` to document it, so the
+document cannot drift from the code. Handlers get a checked ``Request`` and return
+``(status, data)``; every failure they raise is turned into one JSON error shape here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+from aiohttp import web
+from sqlalchemy.exc import IntegrityError
+
+from switchboard.api.caller import Caller, Unauthorized, authenticate
+from switchboard.db import is_unavailable
+from switchboard.errors import SwitchboardError, invalid, not_found
+from switchboard.services import Services, services_of
+from switchboard.todos import rfc3339
+from switchboard.vault import EncryptionRequired, VaultError
+
+log = logging.getLogger("switchboard.api")
+
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str  # string | integer | boolean | array | object | any
+    description: str = ""
+    required: bool = False
+    nullable: bool = False
+    enum: tuple[str, ...] | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        base: dict[str, Any]
+        if self.type == "array":
+            base = {"type": "array", "items": {"type": "string"}}
+        elif self.type == "any":
+            base = {}
+        else:
+            base = {"type": self.type}
+        if self.enum:
+            base["enum"] = list(self.enum)
+        if self.minimum is not None:
+            base["minimum"] = self.minimum
+        if self.maximum is not None:
+            base["maximum"] = self.maximum
+        if self.nullable and "type" in base:
+            base["type"] = [base["type"], "null"]
+        if self.description:
+            base["description"] = self.description
+        return base
+
+
+# The query parameter every listing shares; handlers pass it to ``Caller.read_scopes``.
+TEAM_QUERY = Param("team", "string", "Only this team's scope (a team you belong to).")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a handler gets: the caller, path parameters, a checked query and a checked body."""
+
+    web: web.Request
+    caller: Caller
+    services: Services
+    path: dict[str, str]
+    query: dict[str, Any]
+    body: dict[str, Any]
+
+
+Handler = Callable[[Request], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    tag: str
+    handler: Handler
+    response: str
+    status: int = 200
+    query: tuple[Param, ...] = ()
+    body: tuple[Param, ...] | None = None
+    errors: tuple[int, ...] = (400, 401, 404)
+    description: str = ""
+    path_params: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path_params", tuple(re.findall(r"{(\w+)}", self.path)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _type_ok(param: Param, value: Any) -> bool:
+    if value is None:
+        return param.nullable
+    if param.type == "string":
+        ok = isinstance(value, str)
+    elif param.type == "integer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif param.type == "boolean":
+        ok = isinstance(value, bool)
+    elif param.type == "array":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif param.type == "object":
+        ok = isinstance(value, dict)
+    else:
+        ok = True
+    if ok and param.enum is not None:
+        ok = value in param.enum
+    if ok and param.type == "integer":
+        ok = (param.minimum is None or value >= param.minimum) and (
+            param.maximum is None or value <= param.maximum
+        )
+    return ok
+
+
+def _describe(param: Param) -> str:
+    if param.enum:
+        return "one of " + ", ".join(param.enum)
+    noun = {"array": "a list of strings", "object": "a JSON object", "any": "any JSON value"}.get(
+        param.type, f"a{'n' if param.type[0] in 'aeiou' else ''} {param.type}"
+    )
+    if param.type == "integer" and (param.minimum is not None or param.maximum is not None):
+        noun += f" between {param.minimum} and {param.maximum}"
+    return noun + (" or null" if param.nullable else "")
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses as infinity, which no JSON response could carry back.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _no_nul(value: Any) -> bool:
+    """Text fields end up in the database; PostgreSQL text cannot hold NUL, so refuse it up front."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_no_nul(v) for v in value)
+    return True
+
+
+async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise SwitchboardError("invalid_body", "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise SwitchboardError("invalid_body", "the request body must be a JSON object")
+    known = {p.name: p for p in params or ()}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise invalid(f"unknown field(s): {', '.join(unknown)}")
+    for param in known.values():
+        if param.name not in data:
+            if param.required:
+                raise invalid(f"field {param.name!r} is required")
+            continue
+        if not _type_ok(param, data[param.name]):
+            raise invalid(f"field {param.name!r} must be {_describe(param)}")
+        if param.type in ("string", "array") and not _no_nul(data[param.name]):
+            raise invalid(f"field {param.name!r} must not contain NUL characters")
+    return data
+
+
+def _read_query(request: web.Request, params: tuple[Param, ...]) -> dict[str, Any]:
+    known = {p.name: p for p in params}
+    unknown = sorted(set(request.query) - set(known))
+    if unknown:
+        raise invalid(f"unknown query parameter(s): {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for name, param in known.items():
+        values = request.query.getall(name, [])
+        if not values:
+            if param.required:
+                raise invalid(f"query parameter {name!r} is required")
+            continue
+        if len(values) > 1:
+            raise invalid(f"query parameter {name!r} given more than once")
+        value: Any = values[0]
+        if not _no_nul(value):
+            raise invalid(f"query parameter {name!r} must not contain NUL characters")
+        if param.type == "integer":
+            if not re.fullmatch(r"-?\d{1,9}", value):
+                raise invalid(f"query parameter {name!r} must be {_describe(param)}")
+            value = int(value)
+        elif param.type == "boolean":
+            if value not in ("true", "false"):
+                raise invalid(f"query parameter {name!r} must be true or false")
+            value = value == "true"
+        if not _type_ok(param, value):
+            raise invalid(f"query parameter {name!r} must be {_describe(param)}")
+        out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+def dumps(data: Any) -> str:
+    """JSON as every API response is written: UTF-8 text, datetimes in RFC 3339."""
+    return json.dumps(data, default=_json_default, ensure_ascii=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return web.json_response(
+        {"error": code, "message": message, **extra},
+        status=status,
+        headers=headers,
+        dumps=dumps,
+    )
+
+
+def wrap(op: Operation) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler for ``op``: authenticate, validate, call, and answer JSON either way."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        services = services_of(request)
+        try:
+            caller = await authenticate(request)
+            query = _read_query(request, op.query)
+            body = await _read_body(request, op.body)
+            path = {name: request.match_info[name] for name in op.path_params}
+            if not all(_no_nul(v) and len(v) <= 200 for v in path.values()):
+                # No id, slug or handle looks like this: it names nothing.
+                raise not_found("no such resource")
+            status, data = await op.handler(Request(request, caller, services, path, query, body))
+        except Unauthorized:
+            return _error(401, "unauthorized", "send Authorization: Bearer sbo_… (a human's token)")
+        except SwitchboardError as exc:
+            return _error(exc.http_status, exc.code, exc.message, **exc.extra)
+        except EncryptionRequired:
+            return _error(409, "encryption_required", "no SWITCHBOARD_SECRET_ENCRYPTION_KEY is configured")
+        except VaultError as exc:
+            # A stored secret the configured key cannot open: the operator's problem, not the caller's.
+            log.error("vault error on %s %s: %s", request.method, request.path, exc)
+            return _error(503, "unavailable", "a stored secret cannot be opened with the configured key")
+        except IntegrityError:
+            # A concurrent request made the same thing first.
+            return _error(409, "conflict", "a conflicting change was made at the same time; retry")
+        except Exception as exc:
+            # The database being away is a 503 the caller may retry; anything else is a bug (500).
+            if not is_unavailable(exc):
+                raise
+            log.warning("database unavailable on %s %s: %s", request.method, request.path, type(exc).__name__)
+            return _error(503, "unavailable", "the database is unavailable; retry shortly")
+        return web.json_response(data, status=status, dumps=dumps, headers={"Cache-Control": "no-store"})
+
+    return handle

@@ -1,0 +1,271 @@
+"""``/webhooks``: the endpoints' inbound webhooks and their routes (fan-out to more endpoints).
+
+A webhook belongs to its endpoint's scope. The ingest URL, and the signing secret for the kinds
+Switchboard mints, are in the create/rotate response only; provider-issued secrets (slack, stripe)
+are set with ``PUT /webhooks/{id}/secret`` and never shown. A route into another scope needs the
+consent of that scope's administrators; either side may withdraw it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from switchboard import tenancy
+from switchboard.api.endpoints import visible_endpoint
+from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
+from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request
+from switchboard.errors import SwitchboardError, not_found
+from switchboard.models import Endpoint, Webhook
+from switchboard.tenancy import Owner
+
+
+async def _webhook(req: Request, webhook_id: str) -> tuple[Webhook, Endpoint]:
+    async with req.services.db.read() as s:
+        found = (
+            await s.execute(
+                select(Webhook, Endpoint)
+                .join(Endpoint, Webhook.endpoint_id == Endpoint.id)
+                .where(Webhook.id == webhook_id)
+            )
+        ).first()
+    if found is None or not req.caller.sees(Owner.of(found[1])):
+        raise not_found(f"webhook {webhook_id!r}")
+    return found[0], found[1]
+
+
+async def _webhook_view(req: Request, webhook_id: str, endpoint: Endpoint) -> dict[str, Any]:
+    for row in await tenancy.list_webhooks(req.services.db, endpoint.slug):
+        if row["id"] == webhook_id:
+            return row
+    raise not_found(f"webhook {webhook_id!r}")
+
+
+async def list_webhooks(req: Request) -> tuple[int, dict[str, Any]]:
+    slug = req.query.get("endpoint")
+    scopes = req.caller.read_scopes(req.query.get("team"))
+    if slug is not None:
+        endpoint = await visible_endpoint(req, slug)
+        if Owner.of(endpoint) not in scopes:  # both filters given, and they disagree
+            raise not_found(f"endpoint {slug!r}")
+        return 200, {"webhooks": await tenancy.list_webhooks(req.services.db, slug)}
+    rows: list[dict[str, Any]] = []
+    for scope in scopes:
+        rows += await tenancy.list_webhooks(req.services.db, owner=scope)
+    rows.sort(key=lambda w: (w["created_at"], w["id"]))
+    return 200, {"webhooks": rows}
+
+
+async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
+    endpoint = await visible_endpoint(req, req.body["endpoint"])
+    req.caller.require_manage(Owner.of(endpoint), f"endpoint {endpoint.slug!r}")
+    services = req.services
+    new = await tenancy.create_webhook(
+        services.db,
+        services.vault,
+        services.providers,
+        endpoint_slug=endpoint.slug,
+        source=req.body["source"],
+        queue=req.body.get("queue"),
+    )
+    return 201, {
+        "webhook": tenancy.webhook_view(new.webhook, endpoint.slug),
+        "ingest_url": tenancy.ingest_url(services.settings.base_url, new.ingest_token),
+        "secret": new.secret,
+    }
+
+
+async def get_webhook(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+
+
+async def rotate_webhook(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    services = req.services
+    secret = await tenancy.rotate_webhook_secret(services.db, services.vault, services.providers, webhook.id)
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint), "secret": secret}
+
+
+async def set_webhook_secret(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    services = req.services
+    await tenancy.set_webhook_secret(
+        services.db, services.vault, services.providers, webhook.id, req.body["secret"]
+    )
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+
+
+async def delete_webhook(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    await tenancy.delete_webhook(req.services.db, webhook.id)
+    return 200, {"webhook": webhook.id, "deleted": True}
+
+
+async def add_route(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    target = await visible_endpoint(req, req.body["endpoint"])
+    # Consent of the target's scope: the caller must administer it too (tenancy checks both).
+    route = await tenancy.add_route(
+        req.services.db, webhook.id, target.slug, consenting_human_id=req.caller.human.id
+    )
+    return 201, {
+        "route": {"id": route.id, "webhook": webhook.id, "endpoint": target.slug},
+        "webhook": await _webhook_view(req, webhook.id, endpoint),
+    }
+
+
+async def remove_route(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    target = await visible_endpoint(req, req.path["endpoint"])
+    # Either side may withdraw: the webhook's administrators, or the target scope's (its consent).
+    if not (req.caller.manages(Owner.of(endpoint)) or req.caller.manages(Owner.of(target))):
+        raise SwitchboardError("forbidden", "only administrators of either scope may remove a route")
+    await tenancy.remove_route(req.services.db, webhook.id, target.slug)
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "GET",
+        "/webhooks",
+        "listWebhooks",
+        "Webhooks in the caller's scopes (never a secret).",
+        "webhooks",
+        list_webhooks,
+        "WebhookList",
+        query=(TEAM_QUERY, Param("endpoint", "string", "Only this endpoint's webhooks.")),
+    ),
+    Operation(
+        "POST",
+        "/webhooks",
+        "createWebhook",
+        "Create a webhook. The ingest URL, and the secret for minted kinds, are in this response only; "
+        "provider-issued kinds (slack, stripe) await PUT /webhooks/{id}/secret.",
+        "webhooks",
+        create_webhook,
+        "CreatedWebhook",
+        status=201,
+        errors=(400, 401, 403, 404, 409),
+        body=(
+            Param("endpoint", "string", "The owning endpoint's slug.", required=True),
+            Param(
+                "source",
+                "string",
+                "Source kind (github, gitea, slack, cairn, stripe, generic, …).",
+                required=True,
+            ),
+            Param("queue", "string", "Target queue (default: the endpoint's first)."),
+        ),
+    ),
+    Operation(
+        "GET",
+        "/webhooks/{id}",
+        "getWebhook",
+        "One webhook (never its secret).",
+        "webhooks",
+        get_webhook,
+        "WebhookEnvelope",
+    ),
+    Operation(
+        "DELETE",
+        "/webhooks/{id}",
+        "deleteWebhook",
+        "Delete a webhook.",
+        "webhooks",
+        delete_webhook,
+        "Deleted",
+        errors=(400, 401, 403, 404),
+    ),
+    Operation(
+        "POST",
+        "/webhooks/{id}/rotate",
+        "rotateWebhookSecret",
+        "Mint a new signing secret (minted kinds); it is in this response only.",
+        "webhooks",
+        rotate_webhook,
+        "RotatedWebhook",
+        errors=(400, 401, 403, 404),
+    ),
+    Operation(
+        "PUT",
+        "/webhooks/{id}/secret",
+        "setWebhookSecret",
+        "Set the provider-issued signing secret (slack, stripe).",
+        "webhooks",
+        set_webhook_secret,
+        "WebhookEnvelope",
+        errors=(400, 401, 403, 404),
+        body=(Param("secret", "string", "The provider's signing secret.", required=True),),
+    ),
+    Operation(
+        "POST",
+        "/webhooks/{id}/routes",
+        "addWebhookRoute",
+        "Fan deliveries out to another endpoint too; into another scope the caller must administer both.",
+        "webhooks",
+        add_route,
+        "RouteEnvelope",
+        status=201,
+        errors=(400, 401, 403, 404, 409),
+        body=(Param("endpoint", "string", "The target endpoint's slug.", required=True),),
+    ),
+    Operation(
+        "DELETE",
+        "/webhooks/{id}/routes/{endpoint}",
+        "removeWebhookRoute",
+        "Stop fanning out to an endpoint (administrators of either scope).",
+        "webhooks",
+        remove_route,
+        "WebhookEnvelope",
+        errors=(400, 401, 403, 404),
+    ),
+)
+
+SCHEMAS: dict[str, Any] = {
+    "Webhook": obj(
+        {
+            "id": {"type": "string"},
+            "endpoint": {"type": "string"},
+            "source": {"type": "string"},
+            "queue": {"type": "string"},
+            "trust_mode": {"type": "string", "enum": ["signed", "token"]},
+            "secret_state": {"type": "string", "enum": ["set", "awaiting", "none"]},
+            "ingest_token_prefix": {"type": "string"},
+            "routes": {"type": "array", "items": {"type": "string"}},
+            "created_at": TIMESTAMP,
+            "secret_rotated_at": TIMESTAMP,
+        }
+    ),
+    "WebhookEnvelope": obj({"webhook": ref("Webhook")}, ["webhook"]),
+    "WebhookList": list_of("webhooks", "Webhook"),
+    "CreatedWebhook": obj(
+        {
+            "webhook": ref("Webhook"),
+            "ingest_url": {"type": "string", "description": "Shown only here."},
+            "secret": {
+                "type": ["string", "null"],
+                "description": "whsec_… for minted kinds — shown only here.",
+            },
+        },
+        ["webhook", "ingest_url", "secret"],
+    ),
+    "RotatedWebhook": obj(
+        {"webhook": ref("Webhook"), "secret": {"type": "string", "description": "Shown only here."}},
+        ["webhook", "secret"],
+    ),
+    "RouteEnvelope": obj(
+        {
+            "route": obj(
+                {"id": {"type": "string"}, "webhook": {"type": "string"}, "endpoint": {"type": "string"}}
+            ),
+            "webhook": ref("Webhook"),
+        },
+        ["route"],
+    ),
+}
