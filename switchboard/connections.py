@@ -12,6 +12,7 @@ admins manage its connections, members see names, kinds, account keys and finger
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import re
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -30,6 +31,8 @@ from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Membership
 from switchboard.plugins import UnknownKind
 from switchboard.provider import CheckResult, ConnectionCheck, ConnectionKind
+from switchboard.services import Services
+from switchboard.settings import Settings
 from switchboard.tenancy import Owner, can_manage, can_see, owner_label
 from switchboard.todos import rfc3339
 from switchboard.vault import VaultError, binding
@@ -41,10 +44,18 @@ SECRET_LIMIT = 4096
 TARGETS_LIMIT = 100
 TARGET_RE = re.compile(r"[A-Za-z0-9._/*?\[\]!-]{1,200}")
 CONFIG_LIMIT = 8192
-_UNSET: Any = ...
 
 
-def api_overrides(settings: Any) -> dict[str, str]:
+class _Unset(enum.Enum):
+    """The default of an ``update_connection`` argument left out (None means "clear it")."""
+
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
+
+
+def api_overrides(settings: Settings) -> dict[str, str]:
     """Operator-level API bases by connection kind (tests and proxies); tenants never set these."""
     out = {}
     if settings.github_api_url:
@@ -58,14 +69,10 @@ def _rfc3339(value: datetime | None) -> str | None:
     return rfc3339(value)
 
 
-def _scope(owner: Owner) -> Any:
+def _scope(owner: Owner) -> ColumnElement[bool]:
     if owner.human_id is not None:
         return Connection.owner_human_id == owner.human_id
     return Connection.owner_team_id == owner.team_id
-
-
-def scope_id(row: Any) -> str:
-    return row.owner_human_id or row.owner_team_id
 
 
 async def _view(s: AsyncSession, c: Connection, *, full: bool = True) -> dict[str, Any]:
@@ -99,7 +106,7 @@ async def _view(s: AsyncSession, c: Connection, *, full: bool = True) -> dict[st
     return view
 
 
-def _kind(services: Any, kind: str) -> ConnectionKind:
+def _kind(services: Services, kind: str) -> ConnectionKind:
     try:
         return services.providers.connection(kind)
     except UnknownKind:
@@ -107,7 +114,7 @@ def _kind(services: Any, kind: str) -> ConnectionKind:
         raise invalid(f"unknown connection kind {kind!r} (known: {known})") from None
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise invalid("name must not be empty")
     name = name.strip()
@@ -116,7 +123,7 @@ def _check_name(name: Any) -> str:
     return name
 
 
-def _check_secret(secret: Any) -> str:
+def _check_secret(secret: object) -> str:
     if not isinstance(secret, str) or not secret.strip():
         raise invalid("the secret must not be empty")
     secret = secret.strip()
@@ -125,7 +132,7 @@ def _check_secret(secret: Any) -> str:
     return secret
 
 
-def _account_key(kind: ConnectionKind, account_key: Any) -> str:
+def _account_key(kind: ConnectionKind, account_key: object) -> str:
     if account_key is None or (isinstance(account_key, str) and not account_key.strip()):
         if kind.default_account_key is None:
             raise invalid(f"a {kind.name} connection needs an account key")
@@ -138,7 +145,7 @@ def _account_key(kind: ConnectionKind, account_key: Any) -> str:
         raise invalid(f"account key for {kind.name}: {exc}") from None
 
 
-def _targets(targets: Any) -> list[str] | None:
+def _targets(targets: object) -> list[str] | None:
     if targets is None:
         return None
     if isinstance(targets, str) or not isinstance(targets, list | tuple):
@@ -154,7 +161,7 @@ def _targets(targets: Any) -> list[str] | None:
     return out or None
 
 
-async def _endpoints(s: AsyncSession, owner: Owner, endpoints: Any) -> list[str] | None:
+async def _endpoints(s: AsyncSession, owner: Owner, endpoints: object) -> list[str] | None:
     """Endpoint slugs (or ids) to ids, each in the connection's own scope."""
     if endpoints is None:
         return None
@@ -173,7 +180,7 @@ async def _endpoints(s: AsyncSession, owner: Owner, endpoints: Any) -> list[str]
     return ids or None
 
 
-def _config(config: Any) -> dict[str, Any]:
+def _config(config: object) -> dict[str, Any]:
     if config is None:
         return {}
     if not isinstance(config, Mapping):
@@ -184,10 +191,11 @@ def _config(config: Any) -> dict[str, Any]:
         raise invalid("config must be plain JSON") from None
     if len(encoded) > CONFIG_LIMIT:
         raise invalid(f"config must be at most {CONFIG_LIMIT} bytes of JSON")
-    return json.loads(encoded)
+    plain: dict[str, Any] = json.loads(encoded)
+    return plain
 
 
-def _require_key(services: Any) -> None:
+def _require_key(services: Services) -> None:
     if not services.vault.has_key:
         raise SwitchboardError(
             "encryption_required",
@@ -196,7 +204,9 @@ def _require_key(services: Any) -> None:
         )
 
 
-async def _row(s: AsyncSession, owner: Owner | None, connection_id: Any, *, lock: bool = False) -> Connection:
+async def _row(
+    s: AsyncSession, owner: Owner | None, connection_id: object, *, lock: bool = False
+) -> Connection:
     if not isinstance(connection_id, str) or not connection_id:
         raise not_found("connection")
     query = select(Connection).where(Connection.id == connection_id)
@@ -218,7 +228,7 @@ async def _conflict_reason(s: AsyncSession, owner: Owner, kind: str, name: str, 
 
 
 async def create_connection(
-    services: Any,
+    services: Services,
     owner: Owner | None,
     *,
     kind: str,
@@ -269,7 +279,7 @@ async def create_connection(
             raise conflict(await _conflict_reason(s, owner, ck.name, name, key.lower())) from None
 
 
-async def list_connections(services: Any, owner: Owner | None) -> list[dict[str, Any]]:
+async def list_connections(services: Services, owner: Owner | None) -> list[dict[str, Any]]:
     async with services.db.read() as s:
         query = select(Connection).order_by(Connection.created_at, Connection.id)
         if owner is not None:
@@ -277,19 +287,19 @@ async def list_connections(services: Any, owner: Owner | None) -> list[dict[str,
         return [await _view(s, c) for c in (await s.scalars(query)).all()]
 
 
-async def get_connection(services: Any, owner: Owner | None, connection_id: str) -> dict[str, Any]:
+async def get_connection(services: Services, owner: Owner | None, connection_id: str) -> dict[str, Any]:
     async with services.db.read() as s:
         return await _view(s, await _row(s, owner, connection_id))
 
 
 async def update_connection(
-    services: Any,
+    services: Services,
     owner: Owner | None,
     connection_id: str,
     *,
     name: str | None = None,
-    targets: list[str] | None = _UNSET,
-    endpoints: list[str] | None = _UNSET,
+    targets: list[str] | _Unset | None = _UNSET,
+    endpoints: list[str] | _Unset | None = _UNSET,
     config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Change the name, allowlists or config (``targets=None`` clears the allowlist; leaving an
@@ -316,7 +326,7 @@ async def update_connection(
 
 
 async def rotate_connection(
-    services: Any, owner: Owner | None, connection_id: str, secret: str
+    services: Services, owner: Owner | None, connection_id: str, secret: str
 ) -> dict[str, Any]:
     _require_key(services)
     secret = _check_secret(secret)
@@ -341,12 +351,12 @@ async def rotate_connection(
         return await _view(s, row)
 
 
-async def delete_connection(services: Any, owner: Owner | None, connection_id: str) -> None:
+async def delete_connection(services: Services, owner: Owner | None, connection_id: str) -> None:
     async with services.db.write() as s:
         await s.delete(await _row(s, owner, connection_id, lock=True))
 
 
-def open_secret(services: Any, row: Connection) -> str:
+def open_secret(services: Services, row: Connection) -> str:
     """The plaintext credential, for a dial only. Raises ``unavailable`` if it cannot be opened."""
     try:
         return services.vault.open(
@@ -362,7 +372,7 @@ def _clean_detail(detail: str, secret: str) -> str:
     return flat.replace(secret, "[redacted]") if secret else flat
 
 
-async def test_connection(services: Any, owner: Owner | None, connection_id: str) -> dict[str, Any]:
+async def test_connection(services: Services, owner: Owner | None, connection_id: str) -> dict[str, Any]:
     """One harmless authenticated read through the guarded client; the verdict is kept on the row."""
     async with services.db.read() as s:
         row = await _row(s, owner, connection_id)
@@ -408,7 +418,7 @@ async def test_connection(services: Any, owner: Owner | None, connection_id: str
 # The team rule for the operator API and the web UI (humans acting through a session or token).
 
 
-async def check_can_manage(services: Any, human_id: str, owner: Owner) -> None:
+async def check_can_manage(services: Services, human_id: str, owner: Owner) -> None:
     """Raise unless ``human_id`` may manage connections of ``owner``: ``not_found`` if the scope is
     not theirs at all, ``forbidden`` if they are a team member without owner/admin role."""
     async with services.db.read() as s:
@@ -418,7 +428,7 @@ async def check_can_manage(services: Any, human_id: str, owner: Owner) -> None:
             raise SwitchboardError("forbidden", "only the team's owners and admins manage its connections")
 
 
-async def authorize(services: Any, human_id: str, connection_id: str, *, manage: bool = True) -> Owner:
+async def authorize(services: Services, human_id: str, connection_id: str, *, manage: bool = True) -> Owner:
     """The owner scope of a connection this human may see (``manage=False``) or manage; another
     scope's connection is ``not_found``, a member's attempt to manage is ``forbidden``."""
     async with services.db.read() as s:
@@ -431,7 +441,7 @@ async def authorize(services: Any, human_id: str, connection_id: str, *, manage:
     return owner
 
 
-async def connections_for_human(services: Any, human_id: str) -> list[dict[str, Any]]:
+async def connections_for_human(services: Services, human_id: str) -> list[dict[str, Any]]:
     """Every connection of the human's own scope and teams: the full view (with ``can_manage:
     true``) where they manage it, names, kinds, account keys and fingerprints only elsewhere."""
     async with services.db.read() as s:

@@ -9,18 +9,26 @@ would hand back a coroutine (not None) for every kind and win them all. Hooks th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pluggy
 
-from switchboard.provider import Address, Delivery, EchoClues, PostResult, ReplyPost, Verdict
+from switchboard.provider import (
+    Address,
+    ConnectionKind,
+    Delivery,
+    EchoClues,
+    PostResult,
+    ReplyPost,
+    SourceKind,
+    Verdict,
+)
 
 hookspec = pluggy.HookspecMarker("switchboard")
 hookimpl = pluggy.HookimplMarker("switchboard")
 
 
 @hookspec
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     """Describe your kinds: call ``register`` with a ``SourceKind`` for each webhook source you verify
     and a ``ConnectionKind`` for each outbound credential you post with."""
 

@@ -17,15 +17,13 @@ request may have been written. Messages never carry a URL query, a header or a b
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -33,7 +31,11 @@ from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import ResolveResult
 
 from switchboard.db import utcnow
-from switchboard.provider import ErrorClass, PostResult
+from switchboard.provider import ErrorClass, PostResult, PostState
+
+# Providers annotate with ``outbound.Response``; it is plain data, so it lives with the other values.
+from switchboard.provider import Response as Response
+from switchboard.settings import Settings
 
 log = logging.getLogger("switchboard.outbound")
 
@@ -119,20 +121,6 @@ class _GuardedConnector(aiohttp.TCPConnector):
         if not results or any(not address_allowed(r["host"], self._allow) for r in results):
             raise BlockedAddress("destination address is not allowed by the outbound policy")
         return results
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body as JSON, or None when it is not JSON."""
-        try:
-            return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError):
-            return None
 
 
 class Outbound:
@@ -227,7 +215,7 @@ class Outbound:
             self._session = None
 
 
-def from_settings(settings: Any, ssl_context: ssl.SSLContext | None = None) -> Outbound:
+def from_settings(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> Outbound:
     return Outbound(
         allow_http=settings.outbound_allow_http,
         allow_cidrs=settings.allow_cidrs,
@@ -235,16 +223,23 @@ def from_settings(settings: Any, ssl_context: ssl.SSLContext | None = None) -> O
     )
 
 
-def client_of(services: Any) -> Outbound:
+class ClientHolder(Protocol):
+    """What the functions below need of the service container (``switchboard.services.Services``,
+    which imports this module, so it is named here by shape, not imported)."""
+
+    settings: Settings
+    outbound: Outbound | None
+
+
+def client_of(services: ClientHolder) -> Outbound:
     """The process's guarded client (the server sets ``services.outbound`` for its lifetime; built
     lazily here for tests that call the reply pipeline without a server)."""
     if services.outbound is None:
         services.outbound = from_settings(services.settings)
-    client: Outbound = services.outbound
-    return client
+    return services.outbound
 
 
-async def close_client(services: Any) -> None:
+async def close_client(services: ClientHolder) -> None:
     """Close the client ``client_of`` made (a test's, a CLI command's or a benchmark's)."""
     client, services.outbound = services.outbound, None
     if client is not None:
@@ -252,7 +247,7 @@ async def close_client(services: Any) -> None:
 
 
 @asynccontextmanager
-async def borrowed(services: Any) -> AsyncIterator[Outbound]:
+async def borrowed(services: ClientHolder) -> AsyncIterator[Outbound]:
     """The process's client when the server made one; otherwise (a CLI command) a client for this
     call only, closed after it, so no session is left open at exit."""
     if services.outbound is not None:
@@ -314,7 +309,7 @@ def failure(resp: Response, *, rate_limited: bool = False) -> PostResult:
             retry_after=retry_after_seconds(resp.headers),
             retryable=True,
         )
-    state = "unknown" if resp.status in (502, 504) else "failed"
+    state: PostState = "unknown" if resp.status in (502, 504) else "failed"
     code = "redirect_not_followed" if 300 <= resp.status < 400 else f"http_{resp.status}"
     return PostResult(state=state, error_class=class_of_status(resp.status), error_code=code)
 

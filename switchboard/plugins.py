@@ -10,7 +10,7 @@ import importlib.metadata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -34,7 +34,7 @@ class Providers:
     owners: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
-    def hook(self) -> Any:
+    def hook(self) -> pluggy.HookRelay:
         return self.pm.hook
 
     def source(self, name: str) -> SourceKind:
@@ -102,13 +102,21 @@ def load(*, entrypoints: bool = True, extra: Iterable[ModuleType | object] = ())
     return providers
 
 
-def _register(providers: Providers, kind: Any, plugin_name: str) -> None:
+def _register(providers: Providers, kind: object, plugin_name: str) -> None:
     if isinstance(kind, SourceKind):
-        table, key = providers.sources, ("source", kind.name)
+        _claim(providers, providers.sources, "source", kind, plugin_name)
     elif isinstance(kind, ConnectionKind):
-        table, key = providers.connections, ("connection", kind.name)
+        _claim(providers, providers.connections, "connection", kind, plugin_name)
     else:
         raise TypeError(f"{plugin_name}: register() takes a SourceKind or ConnectionKind, not {kind!r}")
+
+
+# A source kind and a connection kind may share a name ("github" is both); each has its own table.
+_Kind = TypeVar("_Kind", SourceKind, ConnectionKind)
+
+
+def _claim(providers: Providers, table: dict[str, _Kind], role: str, kind: _Kind, plugin_name: str) -> None:
+    key = (role, kind.name)
     if kind.name in table:
         raise ValueError(
             f"{plugin_name}: kind {kind.name!r} is already registered by {providers.owners[key]}"

@@ -14,9 +14,10 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 SecretOrigin = Literal["minted", "provider", "none"]
+PostState = Literal["sent", "failed", "unknown"]
 ErrorClass = Literal["auth", "not_found", "forbidden", "rate_limited", "invalid", "server", "network"]
 
 
@@ -113,10 +114,41 @@ class EchoClues:
 
 
 @dataclass(frozen=True)
+class Response:
+    """A provider's answer, as the guarded client returns it (the body already size-capped)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON, or None when it is not JSON."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+
+class HttpClient(Protocol):
+    """The guarded outbound client (``switchboard.outbound.Outbound``), named here by its shape
+    because that module imports this one. Never follows a redirect; raises ``OutboundError``."""
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Response: ...
+
+
+@dataclass(frozen=True)
 class ReplyPost:
     """One reply to post. ``http`` is the guarded outbound client: the only way out."""
 
-    http: Any
+    http: HttpClient
     kind: str
     account_key: str
     secret: str
@@ -136,7 +168,7 @@ class PostResult:
     connect that failed before anything was sent, and a 429.
     """
 
-    state: Literal["sent", "failed", "unknown"]
+    state: PostState
     object_id: str | None = None
     permalink: str | None = None
     error_class: ErrorClass | None = None
@@ -158,7 +190,7 @@ class CheckResult:
 class ConnectionCheck:
     """What a connection ``test`` call gets: the same guarded client and credential as a post."""
 
-    http: Any
+    http: HttpClient
     kind: str
     account_key: str
     secret: str

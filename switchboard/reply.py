@@ -23,10 +23,11 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -38,6 +39,7 @@ from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Reply, ReplyBucket, Todo
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
+from switchboard.services import Services
 from switchboard.tenancy import Owner
 from switchboard.todos import reply_view
 
@@ -80,7 +82,7 @@ def _outcome(row: Reply, *, duplicate: bool) -> dict[str, Any]:
     return out
 
 
-async def replies_of(services: Any, todo_id: str) -> list[dict[str, Any]]:
+async def replies_of(services: Services, todo_id: str) -> list[dict[str, Any]]:
     async with services.db.read() as s:
         rows = await s.scalars(
             select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at, Reply.id)
@@ -107,7 +109,7 @@ def _visible(char: str) -> bool:
     return not char.isspace() and unicodedata.category(char) not in _INVISIBLE
 
 
-def _check_arguments(todo_id: Any, text: Any, idempotency_key: Any) -> str:
+def _check_arguments(todo_id: object, text: object, idempotency_key: object) -> str:
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise not_found("todo")
     if not isinstance(text, str) or not any(_visible(c) for c in text):
@@ -139,7 +141,7 @@ def _check_state(todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: i
 
 
 async def _choose_connection(
-    s: AsyncSession, services: Any, todo: Todo, endpoint: Endpoint, address: Address
+    s: AsyncSession, services: Services, todo: Todo, endpoint: Endpoint, address: Address
 ) -> tuple[Connection, ConnectionKind]:
     """The todo's owner scope's one connection serving this address (SPEC §6.3)."""
     todo_endpoint = await s.get(Endpoint, todo.endpoint_id)
@@ -188,7 +190,7 @@ async def _choose_connection(
     return chosen, kind
 
 
-async def _take_token(s: AsyncSession, services: Any, endpoint_id: str, now: datetime) -> None:
+async def _take_token(s: AsyncSession, services: Services, endpoint_id: str, now: datetime) -> None:
     """Spend one token of the endpoint's bucket (created full on first use), or refuse."""
     dialect = postgresql if services.db.dialect == "postgresql" else sqlite
     await s.execute(
@@ -210,7 +212,7 @@ async def _take_token(s: AsyncSession, services: Any, endpoint_id: str, now: dat
     bucket.tokens, bucket.updated_at = tokens - 1.0, now
 
 
-async def _prepare(services: Any, endpoint: Endpoint, todo_id: str, text: str, key: str) -> _Ready | str:
+async def _prepare(services: Services, endpoint: Endpoint, todo_id: str, text: str, key: str) -> _Ready | str:
     """Run every check and insert the pending row; or the id of the existing row for this key."""
     now = utcnow()
     async with services.db.write() as s:
@@ -280,7 +282,7 @@ async def _prepare(services: Any, endpoint: Endpoint, todo_id: str, text: str, k
         return _Ready(row.id, connection.id, connection.kind, connection.account_key, secret, address, body)
 
 
-async def _post_once(services: Any, post: ReplyPost) -> PostResult:
+async def _post_once(services: Services, post: ReplyPost) -> PostResult:
     caller = services.providers.hook.post_reply(post=post)
     if caller is None:
         return PostResult(state="failed", error_class="invalid", error_code="no_provider_for_kind")
@@ -299,7 +301,7 @@ async def _post_once(services: Any, post: ReplyPost) -> PostResult:
     return result
 
 
-async def _block(services: Any, connection_id: str, seconds: float | None) -> None:
+async def _block(services: Services, connection_id: str, seconds: float | None) -> None:
     until = utcnow() + timedelta(seconds=seconds if seconds is not None else DEFAULT_BLOCK_SECONDS)
     async with services.db.write() as s:
         await s.execute(
@@ -312,12 +314,12 @@ async def _block(services: Any, connection_id: str, seconds: float | None) -> No
         )
 
 
-async def _dial(services: Any, ready: _Ready) -> PostResult:
+async def _dial(services: Services, ready: _Ready) -> PostResult:
     async with outbound.borrowed(services) as http:
         return await _dial_with(services, ready, http)
 
 
-async def _dial_with(services: Any, ready: _Ready, http: outbound.Outbound) -> PostResult:
+async def _dial_with(services: Services, ready: _Ready, http: outbound.Outbound) -> PostResult:
     """Post once; retry only what is safe to retry (nothing sent, or a 429), within the deadline."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DIAL_DEADLINE
@@ -352,7 +354,7 @@ def _clip(value: str | None, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) and value else None
 
 
-async def _finish(services: Any, reply_id: str, result: PostResult) -> Reply:
+async def _finish(services: Services, reply_id: str, result: PostResult) -> Reply:
     permalink = result.permalink if result.permalink and result.permalink.startswith("https://") else None
     if permalink is None and result.permalink and result.permalink.startswith("http://"):
         permalink = result.permalink  # only reachable with SWITCHBOARD_OUTBOUND_ALLOW_HTTP set
@@ -376,7 +378,7 @@ async def _finish(services: Any, reply_id: str, result: PostResult) -> Reply:
         return row
 
 
-async def _await_outcome(services: Any, reply_id: str) -> Reply:
+async def _await_outcome(services: Services, reply_id: str) -> Reply:
     """The recorded reply, once it has left ``pending`` (or when waiting is pointless)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + DUPLICATE_WAIT
@@ -392,7 +394,7 @@ async def _await_outcome(services: Any, reply_id: str) -> Reply:
 
 
 async def send_reply(
-    services: Any, endpoint: Endpoint, todo_id: str, text: str, idempotency_key: str | None = None
+    services: Services, endpoint: Endpoint, todo_id: str, text: str, idempotency_key: str | None = None
 ) -> dict[str, Any]:
     """Post ``text`` to the todo's reply address; see the module docstring and SPEC §6.4."""
     try:
@@ -402,11 +404,12 @@ async def send_reply(
         except IntegrityError:
             # Another process inserted the same (todo, key) between our check and insert.
             async with services.db.read() as s:
-                prepared = await s.scalar(
+                winner = await s.scalar(
                     select(Reply.id).where(Reply.todo_id == todo_id, Reply.idempotency_key == key)
                 )
-            if prepared is None:
+            if winner is None:
                 raise
+            prepared = winner
     except SwitchboardError as exc:
         services.metrics.inc("switchboard_reply_refusals_total", code=exc.code)
         raise
@@ -426,7 +429,7 @@ async def send_reply(
 _IN_FLIGHT: set[asyncio.Task[Reply]] = set()
 
 
-async def _dial_and_record(services: Any, prepared: _Ready) -> Reply:
+async def _dial_and_record(services: Services, prepared: _Ready) -> Reply:
     started = time.monotonic()
     result = await _dial(services, prepared)
     services.metrics.observe("switchboard_reply_seconds", time.monotonic() - started)
@@ -443,14 +446,18 @@ async def _dial_and_record(services: Any, prepared: _Ready) -> Reply:
     return row
 
 
-async def sweep_pending(services: Any) -> int:
+async def sweep_pending(services: Services) -> int:
     """Rows stuck ``pending`` (their process died mid-dial) become ``unknown``: the post may exist."""
     now = utcnow()
     async with services.db.write() as s:
-        result = await s.execute(
-            update(Reply)
-            .where(Reply.state == "pending", Reply.created_at < now - PENDING_TIMEOUT)
-            .values(state="unknown", error_class="network", error_code="stuck_pending", updated_at=now)
+        # An UPDATE answers with a CursorResult (it has the row count); execute() is typed for SELECTs.
+        result = cast(
+            "CursorResult[Any]",
+            await s.execute(
+                update(Reply)
+                .where(Reply.state == "pending", Reply.created_at < now - PENDING_TIMEOUT)
+                .values(state="unknown", error_class="network", error_code="stuck_pending", updated_at=now)
+            ),
         )
     swept = int(result.rowcount or 0)
     if swept:

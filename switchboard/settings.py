@@ -97,7 +97,8 @@ class Settings(BaseSettings):
 
     @property
     def log_level_number(self) -> int:
-        return logging.getLevelName(self.log_level)
+        # The validator keeps log_level to the names in LOG_LEVELS, all of which are in the mapping.
+        return logging.getLevelNamesMapping()[self.log_level]
 
 
 def load_settings(**overrides: object) -> Settings:

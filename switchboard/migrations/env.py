@@ -26,7 +26,11 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        # db.alembic_config always sets it; alembic run by hand without it has nothing to migrate.
+        raise SystemExit("no sqlalchemy.url in the alembic configuration; run `switchboard db upgrade`")
+    engine = create_async_engine(url)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

@@ -8,16 +8,23 @@ owner's credential on a target of their choosing (a confused deputy).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from switchboard.hookspecs import hookimpl
-from switchboard.provider import Delivery, EchoClues, SourceKind, Verdict, json_object, one_line
+from switchboard.provider import (
+    ConnectionKind,
+    Delivery,
+    EchoClues,
+    SourceKind,
+    Verdict,
+    json_object,
+    one_line,
+)
 
 KIND = "generic"
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(SourceKind(KIND, secret="none", description="Any sender; trusted by its unguessable URL."))
 
 

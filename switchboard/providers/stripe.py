@@ -6,10 +6,10 @@ Stripe events are not conversations, so they never get a reply address.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from switchboard.hookspecs import hookimpl
 from switchboard.provider import (
+    ConnectionKind,
     Delivery,
     EchoClues,
     SourceKind,
@@ -25,7 +25,7 @@ TOLERANCE_SECONDS = 300
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(SourceKind(KIND, secret="provider", description="Stripe events (secret from the dashboard)."))
 
 
@@ -57,7 +57,9 @@ def verify(delivery: Delivery) -> Verdict | None:
     if payload is None:
         return Verdict.bad_body("body is not a JSON object")
     event_id = payload.get("id")
-    event_type = payload.get("type") if isinstance(payload.get("type"), str) else "event"
+    event_type = payload.get("type")
+    if not isinstance(event_type, str):
+        event_type = "event"
     return Verdict(
         ok=True,
         detail="v1 signature ok",

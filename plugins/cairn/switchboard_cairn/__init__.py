@@ -55,7 +55,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping", "webhook.test"})
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="Cairn artifact and comment events."))
     register(CONNECTION)
 
@@ -100,7 +100,9 @@ def verify(delivery: Delivery) -> Verdict | None:
     header_id = delivery.headers.get("X-Cairn-Event-Id")
     if header_id is not None and not same(header_id.strip(), event_id):
         return Verdict.refuse("X-Cairn-Event-Id does not match the body's event_id")
-    event = payload.get("type") if isinstance(payload.get("type"), str) else "unknown"
+    event = payload.get("type")
+    if not isinstance(event, str):
+        event = "unknown"
     return Verdict(
         ok=True,
         detail="sha256 signature ok",
@@ -113,9 +115,15 @@ def verify(delivery: Delivery) -> Verdict | None:
 
 
 def _title(event: str, payload: dict[str, Any]) -> str:
-    artifact = payload.get("artifact") if isinstance(payload.get("artifact"), dict) else {}
-    name = artifact.get("title") if isinstance(artifact.get("title"), str) else ""
-    ident = artifact.get("id") if isinstance(artifact.get("id"), str) else "?"
+    artifact = payload.get("artifact")
+    if not isinstance(artifact, dict):
+        artifact = {}
+    name = artifact.get("title")
+    if not isinstance(name, str):
+        name = ""
+    ident = artifact.get("id")
+    if not isinstance(ident, str):
+        ident = "?"
     return one_line(f"Cairn {event} on {one_line(ident, 60)} — {one_line(name, 100)}", 200)
 
 

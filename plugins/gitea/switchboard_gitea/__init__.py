@@ -78,7 +78,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping"})
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="Gitea or Forgejo repository webhooks."))
     register(CONNECTION)
 
@@ -151,8 +151,12 @@ def _title(event: str, payload: dict[str, Any]) -> str:
     where = f" in {repo}" if isinstance(repo, str) else ""
     action = payload.get("action") if isinstance(payload.get("action"), str) else ""
     if event == "push":
-        ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
-        commits = payload.get("commits") if isinstance(payload.get("commits"), list) else []
+        ref = payload.get("ref")
+        if not isinstance(ref, str):
+            ref = ""
+        commits = payload.get("commits")
+        if not isinstance(commits, list):
+            commits = []
         return one_line(f"Push to {ref.removeprefix('refs/heads/')}{where} ({len(commits)} commits)", 200)
     subject, is_pull = _subject(payload)
     if subject is None:
@@ -163,7 +167,9 @@ def _title(event: str, payload: dict[str, Any]) -> str:
         "pull_request_review_comment": "review commented",
     }.get(event, action)
     number = subject.get("number")
-    title = subject.get("title") if isinstance(subject.get("title"), str) else ""
+    title = subject.get("title")
+    if not isinstance(title, str):
+        title = ""
     noun = "PR" if is_pull else "Issue"
     return one_line(f"{noun} #{number} {verb}{where} — {one_line(title, 120)}", 200)
 

@@ -49,7 +49,7 @@ HOUSEKEEPING_EVENTS = frozenset({"ping"})
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(SourceKind(KIND, secret="minted", description="GitHub repository or organisation webhooks."))
     register(CONNECTION)
 
@@ -108,8 +108,12 @@ def _title(event: str, payload: dict[str, Any]) -> str:
     if event == "ping":
         return "Ping from GitHub" + where
     if event == "push":
-        ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
-        commits = payload.get("commits") if isinstance(payload.get("commits"), list) else []
+        ref = payload.get("ref")
+        if not isinstance(ref, str):
+            ref = ""
+        commits = payload.get("commits")
+        if not isinstance(commits, list):
+            commits = []
         return one_line(f"Push to {ref.removeprefix('refs/heads/')}{where} ({len(commits)} commits)", 200)
     subject, noun = (pull, "PR") if pull is not None else (issue, "Issue")
     if issue is not None and issue.get("pull_request"):

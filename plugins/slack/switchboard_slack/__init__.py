@@ -63,7 +63,7 @@ HOUSEKEEPING_EVENTS = frozenset(
 
 
 @hookimpl
-def register_kinds(register: Callable[[Any], None]) -> None:
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     register(
         SourceKind(KIND, secret="provider", description="Slack Events API (signing secret from the app).")
     )
@@ -91,14 +91,20 @@ def verify(delivery: Delivery) -> Verdict | None:
     payload = json_object(delivery.body)
     if payload is None:
         return Verdict.bad_body("body is not a JSON object")
-    kind = payload.get("type") if isinstance(payload.get("type"), str) else "unknown"
+    kind = payload.get("type")
+    if not isinstance(kind, str):
+        kind = "unknown"
     if kind == "url_verification":
         challenge = payload.get("challenge")
         if not isinstance(challenge, str) or not challenge or len(challenge) > 200:
             return Verdict.bad_body("url_verification without a usable challenge")
         return Verdict(ok=True, detail="url_verification", event=kind, respond={"challenge": challenge})
-    event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
-    event_type = event.get("type") if isinstance(event.get("type"), str) else ""
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        event = {}
+    event_type = event.get("type")
+    if not isinstance(event_type, str):
+        event_type = ""
     subtype = _subtype(event)
     name = ".".join(p for p in (kind, event_type, subtype) if p)
     event_id = payload.get("event_id")
@@ -150,8 +156,12 @@ def _message_key(payload: dict[str, Any]) -> str | None:
 
 
 def _title(kind: str, event: dict[str, Any]) -> str:
-    channel = event.get("channel") if isinstance(event.get("channel"), str) else "?"
-    text = event.get("text") if isinstance(event.get("text"), str) else ""
+    channel = event.get("channel")
+    if not isinstance(channel, str):
+        channel = "?"
+    text = event.get("text")
+    if not isinstance(text, str):
+        text = ""
     if event.get("type") == "app_mention":
         return one_line(f"Slack mention in {one_line(channel, 40)} — {one_line(text, 80)}", 200)
     if event.get("type") == "message":
