@@ -10,13 +10,9 @@ the doorbell. The source kind is whatever a provider registered: nothing here na
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import math
-import re
 import time
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,32 +20,25 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from multidict import CIMultiDictProxy
 from sqlalchemy import delete, exists, or_, select
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from switchboard.db import DatabaseUnavailable, utcnow
+from switchboard.db import is_unavailable, utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
 from switchboard.models import Endpoint, Event, Route, Todo, Webhook
-from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.provider import Address, Delivery, EchoClues, SourceKind, Verdict
+from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
 from switchboard.tenancy import endpoint_is_live, webhook_secret
-from switchboard.todos import encode_payload, new_todo_row
+from switchboard.todos import new_todo_row
 from switchboard.vault import VaultError
 
 log = logging.getLogger("switchboard.ingest")
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 BODY_READ_SECONDS = 30.0
-KEY_LIMIT = 200
-# Header names whose values are credentials or signatures: kept on the event as "[redacted]".
-_SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
-_PRINTABLE_KEY = re.compile(r"[\x21-\x7e]{1,200}")
-# Lone surrogates (from JSON "\ud800" escapes or undecodable header bytes) cannot be encoded as UTF-8.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RateLimiter:
@@ -136,54 +125,7 @@ class Outcome:
 
 
 # ---------------------------------------------------------------------------------------------
-# Small pure helpers (also used by the tests)
-
-
-def clean_line(text: object, limit: int) -> str:
-    """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
-    value = _SURROGATE.sub("\ufffd", str(text))
-    if not value.isprintable():
-        # Only then can it hold a control character (most header values are plain printable text).
-        value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
-    value = " ".join(value.split())
-    return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-def storable(payload: Any) -> Any:
-    """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
-    return storable_encoded(payload)[0]
-
-
-def storable_encoded(payload: Any) -> tuple[Any, bytes]:
-    """``storable(payload)`` and its stored encoding (``encode_payload``), from one JSON encoding
-    in the usual case (no lone surrogates): every todo of a delivery shares the bytes."""
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    if _SURROGATE.search(text) is None:
-        return payload, text.encode()
-    cleaned = json.loads(_SURROGATE.sub("\ufffd", text))
-    return cleaned, encode_payload(cleaned)
-
-
-def delivery_key(key: str | None, body: bytes) -> str:
-    """The provider's key when it is a short printable token, else a hash (of the key or the body).
-
-    A long key is hashed rather than cut, so two keys that share a prefix never collide.
-    """
-    if key is None or key == "":
-        return "sha256:" + hashlib.sha256(body).hexdigest()
-    if _PRINTABLE_KEY.fullmatch(key):
-        return key
-    return "key-sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def redact_headers(headers: CIMultiDictProxy[str] | dict[str, str]) -> dict[str, str]:
-    """The request headers as stored on the event: signatures, credentials and cookies redacted."""
-    out: dict[str, str] = {}
-    for name, value in headers.items():
-        name = clean_line(name, 100)
-        value = "[redacted]" if _SECRET_HEADER.search(name) else clean_line(value, 1000)
-        out[name] = f"{out[name]}, {value}" if name in out and value != "[redacted]" else value
-    return out
+# Small helpers
 
 
 def has_clues(clues: EchoClues | None) -> bool:
@@ -305,162 +247,53 @@ def _accepted(
 async def _ingest(
     request: web.Request, services: Services, limiter: RateLimiter, seen: dict[str, str]
 ) -> Outcome:
-    # 1. Size cap (cheaply from Content-Length first) and the per-client rate limit.
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
-    wait = limiter.take(request.remote or "unknown")
-    if wait > 0:
-        raise Refusal(
-            429,
-            "rate_limited",
-            "too many deliveries from this address; retry later",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
+    """One delivery through the steps of SPEC §4; a ``Refusal`` from any step ends it, and every
+    refusal comes before anything is stored."""
+    # 1. Size cap and rate limit, then the body (its size checked again as it arrives).
+    _admit(request, limiter)
     body = await _read_body(request)
     received_at = utcnow()
+    token = _ingest_token(request)
 
     # 2.-4. run in one read transaction: the webhook with its owner endpoint (one statement), the
     # routes, then (after verify) the deduplication check. A copy that commits after that check is
     # still caught by the unique keys when storing, and answered as the duplicate it is.
-    token = request.match_info["ingest_token"]
-    if not 8 <= len(token) <= 200:
-        raise Refusal(404, "not_found", "no such webhook")
     async with services.db.read() as s:
-        # 2. The webhook, its provider and its live targets.
-        found = (
-            await s.execute(
-                select(Webhook, Endpoint)
-                .outerjoin(Endpoint, Endpoint.id == Webhook.endpoint_id)
-                .where(Webhook.ingest_token_hash == token_hash(token))
-            )
-        ).first()
-        if found is None:
-            raise Refusal(404, "not_found", "no such webhook")
-        webhook, owner = found
+        # 2. The webhook, its provider, its live targets and its signing secret.
+        webhook, owner = await _lookup(s, token)
         source = seen["source"] = webhook.source
-        kind = services.providers.sources.get(source)
-        if kind is None:
-            log.error("webhook %s: no installed provider handles source kind %r", webhook.id, source)
-            raise Refusal(
-                503,
-                "unavailable",
-                f"no installed provider handles source kind {source!r}; the operator must install it",
-            )
-        if webhook.secret_state == "awaiting":
-            raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
-        routed = await _routed(s, webhook)
-        targets = _targets(webhook, owner, routed)
-        if not targets:
-            raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
-        verified = kind.secret != "none" and webhook.trust_mode == "signed"
-        try:
-            secret = webhook_secret(services.vault, webhook)
-        except VaultError as exc:
-            log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
-            raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
-        if verified and not secret:
-            raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+        kind = _source_kind(services, webhook)
+        targets = await _live_targets(s, webhook, owner)
+        verified, secret = _signing_secret(services, webhook, kind)
 
-        # 3. Verify over the raw bytes (the provider compares in constant time).
+        # 3. Verify over the raw bytes; a handshake is answered at once and stores nothing.
         delivery = Delivery(
             source=source, headers=request.headers, body=body, received_at=received_at, secret=secret
         )
-        try:
-            verdict = services.providers.hook.verify(delivery=delivery)
-        except Exception as exc:
-            log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
-            raise Refusal(
-                503, "unavailable", f"the {source} provider could not check this delivery"
-            ) from None
-        if not isinstance(verdict, Verdict):
-            log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
-            raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
-        if not verdict.ok:
-            # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
-            log.warning(
-                "ingest refused: webhook=%s source=%s remote=%s reason=%s",
-                webhook.id,
-                source,
-                request.remote,
-                clean_line(verdict.detail, 200),
-            )
-            if verdict.error == "invalid_body":
-                raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
-            raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
+        verdict = _verify(services, webhook, delivery, request.remote)
         if verdict.respond is not None:
-            # A handshake (Slack url_verification): answered at once, nothing stored.
             return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
         # 4. Delivery key and deduplication.
-        key = delivery_key(verdict.delivery_key, body)
-        secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
+        key, secondary = _delivery_keys(verdict, body)
         original = await _original(s, webhook, key, secondary)
     if original is not None:
         return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
 
     # 5./6. Housekeeping, echo suppression and the reply address.
-    disposition = "ignored" if verdict.ignore else "routed"
-    address: Address | None = None
-    if disposition == "routed":
-        address = address_for(services, delivery, verdict, verified)
-        if verified and await _is_echo(services, delivery, verdict, targets, address):
-            disposition = "self_reply"
-            services.metrics.inc("switchboard_echo_drops_total", source=source)
+    disposition, address = await _disposition(services, delivery, verdict, verified, targets)
 
     # 7. One transaction: the event and one todo per target.
-    event = Event(
-        id=new_id("ev"),
-        webhook_id=webhook.id,
-        source=source,
-        event_type=clean_line(verdict.event or source, 100),
-        delivery_key=key,
-        secondary_key=secondary,
-        headers=redact_headers(request.headers),
-        body=body,
-        verified=verified,
-        verify_detail=clean_line(verdict.detail, 200),
-        trust_mode=webhook.trust_mode,
-        disposition=disposition,
-        received_at=received_at,
-    )
-    todos: list[tuple[Target, Todo]] = []
-    if disposition == "routed":
-        payload, encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
-        reply_to = address.as_dict() if address is not None else None
-        todo_kind = clean_line(verdict.event or source, 100)
-        title = clean_line(verdict.title or f"{source} delivery", 300)
-        for target in targets:
-            todo = new_todo_row(
-                endpoint_id=target.endpoint_id,
-                queue=webhook.queue,
-                source=source,
-                kind=todo_kind,
-                title=title,
-                payload=payload,
-                reply_to=dict(reply_to) if reply_to else None,
-                event_id=event.id,
-                now=received_at,
-                encoded=encoded,
-            )
-            todos.append((target, todo))
+    event = _event_row(webhook, delivery, verdict, key, secondary, verified, disposition)
+    todos = _todo_rows(webhook, event, verdict, address, targets) if disposition == "routed" else []
     try:
-        async with services.db.write() as s:
-            s.add(event)
-            await s.flush()
-            s.add_all([todo for _, todo in todos])
+        await _store(services, event, [todo for _, todo in todos])
     except IntegrityError:
         # Another copy of this delivery committed first (unique keys): answer as its duplicate.
-        async with services.db.read() as s:
-            original = await _original(s, webhook, key, secondary)
-        if original is None:
-            log.warning("webhook %s changed while a delivery was being stored", webhook.id)
-            raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
-        return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
+        return await _raced(services, webhook, key, secondary, verified)
 
     # 8. Acknowledge (the data is committed) and ring the doorbell.
-    if todos:
-        services.metrics.inc("switchboard_todos_created_total", float(len(todos)), source=source)
-        await services.todos_created([todo.id for _, todo in todos])
+    await _ring(services, source, [todo.id for _, todo in todos])
     log.info(
         "ingest webhook=%s source=%s event=%s disposition=%s todos=%d",
         webhook.id,
@@ -479,6 +312,215 @@ async def _ingest(
         ),
         disposition,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps, in the order ``_ingest`` runs them
+
+
+def _admit(request: web.Request, limiter: RateLimiter) -> None:
+    """Step 1: the size cap (cheaply, from Content-Length) and the per-client rate limit."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
+    wait = limiter.take(request.remote or "unknown")
+    if wait > 0:
+        raise Refusal(
+            429,
+            "rate_limited",
+            "too many deliveries from this address; retry later",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+
+
+def _ingest_token(request: web.Request) -> str:
+    """The token from the URL; one of an impossible length is refused before any database work."""
+    token = request.match_info["ingest_token"]
+    if not 8 <= len(token) <= 200:
+        raise Refusal(404, "not_found", "no such webhook")
+    return token
+
+
+async def _lookup(s: AsyncSession, token: str) -> tuple[Webhook, Endpoint | None]:
+    """Step 2: the webhook the token names, with its owner endpoint, in one statement."""
+    found = (
+        await s.execute(
+            select(Webhook, Endpoint)
+            .outerjoin(Endpoint, Endpoint.id == Webhook.endpoint_id)
+            .where(Webhook.ingest_token_hash == token_hash(token))
+        )
+    ).first()
+    if found is None:
+        raise Refusal(404, "not_found", "no such webhook")
+    webhook, owner = found
+    return webhook, owner
+
+
+def _source_kind(services: Services, webhook: Webhook) -> SourceKind:
+    """Step 2: the installed provider of the webhook's source kind, and a secret it can check."""
+    kind = services.providers.sources.get(webhook.source)
+    if kind is None:
+        log.error("webhook %s: no installed provider handles source kind %r", webhook.id, webhook.source)
+        raise Refusal(
+            503,
+            "unavailable",
+            f"no installed provider handles source kind {webhook.source!r}; the operator must install it",
+        )
+    if webhook.secret_state == "awaiting":
+        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+    return kind
+
+
+async def _live_targets(s: AsyncSession, webhook: Webhook, owner: Endpoint | None) -> list[Target]:
+    """Step 2: the endpoints a todo goes to; none live is a 503 (the sender retries later)."""
+    targets = _targets(webhook, owner, await _routed(s, webhook))
+    if not targets:
+        raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
+    return targets
+
+
+def _signing_secret(services: Services, webhook: Webhook, kind: SourceKind) -> tuple[bool, str | None]:
+    """Step 2: whether the delivery is verified (a signed webhook of a kind with a secret), and the
+    secret to verify it with; a signed webhook whose secret cannot be read is a 503."""
+    verified = kind.secret != "none" and webhook.trust_mode == "signed"
+    try:
+        secret = webhook_secret(services.vault, webhook)
+    except VaultError as exc:
+        log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
+        raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
+    if verified and not secret:
+        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+    return verified, secret
+
+
+def _verify(services: Services, webhook: Webhook, delivery: Delivery, remote: str | None) -> Verdict:
+    """Step 3: the provider's verdict over the raw bytes (it compares in constant time). A refusal
+    is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
+    source = delivery.source
+    try:
+        verdict = services.providers.hook.verify(delivery=delivery)
+    except Exception as exc:
+        log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
+        raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
+    if not isinstance(verdict, Verdict):
+        log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
+        raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
+    if not verdict.ok:
+        # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
+        log.warning(
+            "ingest refused: webhook=%s source=%s remote=%s reason=%s",
+            webhook.id,
+            source,
+            remote,
+            clean_line(verdict.detail, 200),
+        )
+        if verdict.error == "invalid_body":
+            raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
+        raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
+    return verdict
+
+
+def _delivery_keys(verdict: Verdict, body: bytes) -> tuple[str, str | None]:
+    """Step 4: the delivery key (the provider's, else the body's hash) and the optional second key."""
+    key = delivery_key(verdict.delivery_key, body)
+    secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
+    return key, secondary
+
+
+async def _disposition(
+    services: Services, delivery: Delivery, verdict: Verdict, verified: bool, targets: list[Target]
+) -> tuple[str, Address | None]:
+    """Steps 5 and 6: housekeeping is ``ignored``; the reply address (verified deliveries only); a
+    verified delivery that is Switchboard's own reply is a ``self_reply``. Only ``routed`` mints todos."""
+    if verdict.ignore:
+        return "ignored", None
+    address = address_for(services, delivery, verdict, verified)
+    if verified and await _is_echo(services, delivery, verdict, targets, address):
+        services.metrics.inc("switchboard_echo_drops_total", source=delivery.source)
+        return "self_reply", address
+    return "routed", address
+
+
+def _event_row(
+    webhook: Webhook,
+    delivery: Delivery,
+    verdict: Verdict,
+    key: str,
+    secondary: str | None,
+    verified: bool,
+    disposition: str,
+) -> Event:
+    """Step 7: the stored delivery, whatever its disposition (headers with credentials redacted)."""
+    return Event(
+        id=new_id("ev"),
+        webhook_id=webhook.id,
+        source=delivery.source,
+        event_type=clean_line(verdict.event or delivery.source, 100),
+        delivery_key=key,
+        secondary_key=secondary,
+        headers=redact_headers(delivery.headers),
+        body=delivery.body,
+        verified=verified,
+        verify_detail=clean_line(verdict.detail, 200),
+        trust_mode=webhook.trust_mode,
+        disposition=disposition,
+        received_at=delivery.received_at,
+    )
+
+
+def _todo_rows(
+    webhook: Webhook, event: Event, verdict: Verdict, address: Address | None, targets: list[Target]
+) -> list[tuple[Target, Todo]]:
+    """Step 7: one todo per target, all with the same payload (encoded once) and reply address."""
+    source = webhook.source
+    payload, encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
+    reply_to = address.as_dict() if address is not None else None
+    todo_kind = clean_line(verdict.event or source, 100)
+    title = clean_line(verdict.title or f"{source} delivery", 300)
+    return [
+        (
+            target,
+            new_todo_row(
+                endpoint_id=target.endpoint_id,
+                queue=webhook.queue,
+                source=source,
+                kind=todo_kind,
+                title=title,
+                payload=payload,
+                reply_to=dict(reply_to) if reply_to else None,
+                event_id=event.id,
+                now=event.received_at,
+                encoded=encoded,
+            ),
+        )
+        for target in targets
+    ]
+
+
+async def _store(services: Services, event: Event, todos: list[Todo]) -> None:
+    """Step 7: the event and its todos in one transaction (the todos point at the event)."""
+    async with services.db.write() as s:
+        s.add(event)
+        await s.flush()
+        s.add_all(todos)
+
+
+async def _raced(
+    services: Services, webhook: Webhook, key: str, secondary: str | None, verified: bool
+) -> Outcome:
+    """Step 7 lost to a copy of the delivery that committed first: answer as its duplicate."""
+    async with services.db.read() as s:
+        original = await _original(s, webhook, key, secondary)
+    if original is None:
+        log.warning("webhook %s changed while a delivery was being stored", webhook.id)
+        raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
+    return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
+
+
+async def _ring(services: Services, source: str, todo_ids: list[str]) -> None:
+    """Step 8, after the commit: count the new todos and ring the doorbell for them."""
+    if todo_ids:
+        services.metrics.inc("switchboard_todos_created_total", float(len(todo_ids)), source=source)
+        await services.todos_created(todo_ids)
 
 
 async def _is_echo(
@@ -507,7 +549,9 @@ async def handle_webhook(request: web.Request) -> web.Response:
         response, disposition = outcome.response, outcome.disposition
     except Refusal as refusal:
         response = refusal.response()
-    except (DatabaseUnavailable, OperationalError, InterfaceError, PoolTimeout, OSError) as exc:
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
         # The database is down, locked or out of connections: nothing was acknowledged, so the
         # sender's retry loses nothing. A 503 tells it to retry; a 500 would look like our bug.
         log.warning("ingest: database unavailable (%s); answered 503", type(exc).__name__)

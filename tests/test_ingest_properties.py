@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from switchboard import plugins
-from switchboard.ingest import address_for, clean_line, delivery_key, redact_headers, storable
+from switchboard.ingest import address_for
 from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable
 
 PROVIDERS = plugins.load()
 SERVICES: Any = SimpleNamespace(providers=PROVIDERS)

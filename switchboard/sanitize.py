@@ -1,0 +1,70 @@
+"""Sender-controlled delivery data made safe to store (SPEC §4 step 7): one-line columns, payloads
+that encode as UTF-8 on both engines, bounded delivery keys and headers with credentials redacted.
+
+Pure functions, no I/O: ingest calls them for every delivery and the property tests call them
+directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from switchboard.todos import encode_payload
+
+# Header names whose values are credentials or signatures: kept on the event as "[redacted]".
+_SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
+_PRINTABLE_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+# Lone surrogates (from JSON "\ud800" escapes or undecodable header bytes) cannot be encoded as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_line(text: object, limit: int) -> str:
+    """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
+    value = _SURROGATE.sub("\ufffd", str(text))
+    if not value.isprintable():
+        # Only then can it hold a control character (most header values are plain printable text).
+        value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
+    value = " ".join(value.split())
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def storable(payload: Any) -> Any:
+    """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
+    return storable_encoded(payload)[0]
+
+
+def storable_encoded(payload: Any) -> tuple[Any, bytes]:
+    """``storable(payload)`` and its stored encoding (``encode_payload``), from one JSON encoding
+    in the usual case (no lone surrogates): every todo of a delivery shares the bytes."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    if _SURROGATE.search(text) is None:
+        return payload, text.encode()
+    cleaned = json.loads(_SURROGATE.sub("\ufffd", text))
+    return cleaned, encode_payload(cleaned)
+
+
+def delivery_key(key: str | None, body: bytes) -> str:
+    """The provider's key when it is a short printable token, else a hash (of the key or the body).
+
+    A long key is hashed rather than cut, so two keys that share a prefix never collide.
+    """
+    if key is None or key == "":
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+    if _PRINTABLE_KEY.fullmatch(key):
+        return key
+    return "key-sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers as stored on the event: signatures, credentials and cookies redacted."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        name = clean_line(name, 100)
+        value = "[redacted]" if _SECRET_HEADER.search(name) else clean_line(value, 1000)
+        out[name] = f"{out[name]}, {value}" if name in out and value != "[redacted]" else value
+    return out
