@@ -46,7 +46,6 @@ NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 # RFC 8215's local-use NAT64 prefix: where the IPv4 address sits depends on the site's prefix
 # length, so it cannot be unwrapped reliably; it is never a public destination either.
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
-SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
 # Deprecated IPv4-compatible addresses (::a.b.c.d); Python calls ::127.0.0.1 global.
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 MAX_RESPONSE_BYTES = 1024 * 1024
