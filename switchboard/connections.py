@@ -17,7 +17,6 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
@@ -25,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import outbound
-from switchboard.db import utcnow
+from switchboard.db import rfc3339, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Membership
@@ -34,7 +33,6 @@ from switchboard.provider import CheckResult, ConnectionCheck, ConnectionKind
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.tenancy import Owner, can_manage, can_see, owner_label
-from switchboard.todos import rfc3339
 from switchboard.vault import VaultError, binding
 
 log = logging.getLogger("switchboard.connections")
@@ -63,10 +61,6 @@ def api_overrides(settings: Settings) -> dict[str, str]:
     if settings.slack_api_url:
         out["slack"] = settings.slack_api_url
     return out
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return rfc3339(value)
 
 
 def _scope(owner: Owner) -> ColumnElement[bool]:
@@ -99,9 +93,9 @@ async def _view(s: AsyncSession, c: Connection, *, full: bool = True) -> dict[st
         endpoints=slugs if c.endpoints else None,
         config=dict(c.config or {}),
         last_test=dict(last) if last else None,
-        blocked_until=_rfc3339(c.blocked_until),
-        created_at=_rfc3339(c.created_at),
-        updated_at=_rfc3339(c.updated_at),
+        blocked_until=rfc3339(c.blocked_until),
+        created_at=rfc3339(c.created_at),
+        updated_at=rfc3339(c.updated_at),
     )
     return view
 
@@ -400,7 +394,7 @@ async def test_connection(services: Services, owner: Owner | None, connection_id
         "ok": bool(result.ok),
         "error_class": None if result.ok else (result.error_class or "invalid"),
         "detail": _clean_detail(result.detail, secret),
-        "tested_at": _rfc3339(tested_at),
+        "tested_at": rfc3339(tested_at),
     }
     # Facts (a Slack bot id, which echo suppression trusts) are kept only from a passing test: a
     # token of the wrong workspace must not teach us another bot.

@@ -31,6 +31,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def rfc3339(value: datetime | None) -> str | None:
+    """A stored time as every surface writes it (API, MCP, web, CLI): RFC 3339 in UTC with
+    milliseconds and a ``Z``, e.g. ``2026-01-02T03:04:05.678Z``; None stays None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot be reached."""
 

@@ -7,6 +7,7 @@ agent's verbs, the lease reaper and the retry scheduler). This package re-export
 names, so callers keep writing ``todos.claim_next(...)``.
 """
 
+from switchboard.db import rfc3339
 from switchboard.todos.create import (
     DEFAULT_MAX_ATTEMPTS,
     MAX_PAYLOAD_BYTES,
@@ -51,7 +52,6 @@ from switchboard.todos.views import (
     public_reply_to,
     replies_summary,
     reply_view,
-    rfc3339,
     todo_detail,
     todo_row,
 )

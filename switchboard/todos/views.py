@@ -6,19 +6,13 @@ MCP, the operator API, the web board and the CLI all show these dicts; nothing h
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from switchboard.db import rfc3339
 from switchboard.models import Attempt, Reply, Todo
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -32,7 +26,9 @@ async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dic
             )
         ).all()
     )
-    out = {tid: {"count": 0, "last_state": None, "last_permalink": None} for tid in todo_ids}
+    out: dict[str, dict[str, Any]] = {
+        tid: {"count": 0, "last_state": None, "last_permalink": None} for tid in todo_ids
+    }
     if counts:
         rows = await s.execute(
             select(Reply.todo_id, Reply.state, Reply.permalink, Reply.created_at, Reply.id)

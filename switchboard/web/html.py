@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
-from switchboard.todos import rfc3339
+from switchboard.db import rfc3339
 
 if TYPE_CHECKING:
     from switchboard.web.session import Viewer
