@@ -37,7 +37,8 @@ SWEEP_BATCH = 200
 
 def retry_delay(attempt: int) -> int:
     """Seconds before a failed todo is retried: 30 s doubling per attempt, at most 15 min."""
-    return min(RETRY_BASE_SECONDS * 2 ** max(attempt - 1, 0), RETRY_MAX_SECONDS)
+    # A shift, not ``2 ** n``: the same doubling, and typed int (a power with a variable exponent is not).
+    return min(RETRY_BASE_SECONDS << max(attempt - 1, 0), RETRY_MAX_SECONDS)
 
 
 def _lease_seconds(endpoint: Endpoint, lease_seconds: Any) -> int:
