@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from switchboard import api, doorbell, ingest, mcp, outbound, reply, todos
+from switchboard import api, ingest, mcp, outbound, reply, todos
 from switchboard import web as web_ui
 from switchboard.db import DatabaseUnavailable, is_unavailable
 from switchboard.services import SERVICES, Services, build_services, services_of
@@ -46,7 +46,7 @@ def background_jobs(app: web.Application) -> list[Job]:
         Job("event-retention", 3600, lambda: ingest.prune_events(services)),
         Job("reply-sweeper", reply.SWEEP_INTERVAL, lambda: reply.sweep_pending(services)),
         Job("web-session-purge", 3600, lambda: web_ui.session.purge_expired_sessions(services)),
-        Job("doorbell-sweep", doorbell.SWEEP_INTERVAL, lambda: app[mcp.DOORBELL].sweep()),
+        Job("doorbell-sweep", mcp.doorbell.SWEEP_INTERVAL, lambda: app[mcp.DOORBELL].sweep()),
         Job("mcp-revocation", mcp.REVOCATION_SWEEP_SECONDS, lambda: app[mcp.MCP_SERVICE].sweep_revoked()),
     ]
 

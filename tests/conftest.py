@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from switchboard import db as db_mod
 from switchboard import plugins
 from switchboard.app import make_app
-from switchboard.doorbell import Doorbell
 from switchboard.logs import RedactingAccessLogger
 from switchboard.mcp import DOORBELL
+from switchboard.mcp.doorbell import Doorbell
 from switchboard.models import Base
 from switchboard.services import Services
 from switchboard.settings import Settings

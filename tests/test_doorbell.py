@@ -9,8 +9,9 @@ from datetime import timedelta
 import aiohttp
 from sqlalchemy import update
 
-from switchboard import doorbell, todos
+from switchboard import todos
 from switchboard.db import Database, utcnow
+from switchboard.mcp import doorbell
 from switchboard.models import Endpoint, Todo
 from switchboard.services import Services
 from tests.mcp_client import add_todo, connect, vend

@@ -11,9 +11,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 
-from switchboard import doorbell, mcp, tenancy
+from switchboard import tenancy
 from switchboard.db import Database
-from switchboard.mcp import DOORBELL
+from switchboard.mcp import DOORBELL, doorbell, sessions
 from switchboard.models import Todo
 from switchboard.services import Services
 from tests.mcp_client import Agent, add_todo, connect, vend
@@ -390,7 +390,7 @@ async def test_no_secret_or_lease_token_reaches_a_log_line_even_at_debug(
 async def test_an_endpoint_over_its_session_limit_loses_its_oldest_session(
     db: Database, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcp, "MAX_SESSIONS_PER_ENDPOINT", 2)
+    monkeypatch.setattr(sessions, "MAX_SESSIONS_PER_ENDPOINT", 2)
     _, token = await vend(db)
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
     list_tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
