@@ -1,0 +1,72 @@
+"""The ``switchboard`` click group: every command module registers its commands on ``main``.
+
+It lives apart from the commands so that they can import it without importing each other: the
+package's ``__init__`` imports every command module once, which is what registers them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from switchboard.cli.output import fail
+from switchboard.errors import SwitchboardError
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class Group(click.Group):
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Usage errors too are one line on stderr (click's own are three), exit code 2. Click's
+        standalone mode is always off whatever the caller asks: its error printing is replaced here."""
+        for arg in sys.argv[1:] if args is None else args:
+            # Bytes that are not UTF-8 arrive as lone surrogates and would fail deep in a driver.
+            if isinstance(arg, str) and not _encodes(arg):
+                click.echo("error: usage: a command-line argument is not valid UTF-8", err=True)
+                sys.exit(2)
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            # A bare group (`switchboard human`) asks for its help: show it as click would.
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"error: usage: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except SwitchboardError as exc:
+            fail(f"{exc.code}: {exc.message}")
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="switchboard")
+def main() -> None:
+    """Switchboard: verified webhooks become todos that agents drain over MCP and answer back."""

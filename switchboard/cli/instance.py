@@ -1,0 +1,91 @@
+"""Commands about the instance itself: ``serve``, ``db upgrade``, ``plugins`` and ``keygen``."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from switchboard import db
+from switchboard.cli.group import main
+from switchboard.cli.output import emit, fail, json_option, settings_or_exit
+from switchboard.logs import RedactingAccessLogger, configure_logging
+from switchboard.plugins import load as load_providers
+from switchboard.services import build_services
+from switchboard.vault import generate_key
+
+
+def _upgrade(database_url: str) -> None:
+    try:
+        db.upgrade(database_url)
+    except Exception as exc:
+        fail(f"unavailable: cannot migrate the database ({type(exc).__name__}: {str(exc)[:200]})")
+
+
+@main.command()
+@json_option
+def serve(as_json: bool) -> None:
+    """Upgrade the database, then serve everything on HOST:PORT until SIGTERM or SIGINT."""
+    # Imported here, not at the top: the application pulls in every surface (the MCP SDK, the API,
+    # the web UI), which doubles the start-up time of every other command and of `--help`.
+    from switchboard.app import make_app
+
+    settings = settings_or_exit()
+    configure_logging(settings.log_level_number, as_json)
+    _upgrade(settings.database_url)
+    services = build_services(settings)
+    logging.getLogger("switchboard").info(
+        "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
+    )
+    try:
+        web.run_app(
+            make_app(services),
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            access_log_class=RedactingAccessLogger,
+            handle_signals=True,
+            shutdown_timeout=10,
+        )
+    except OSError as exc:
+        # Binding failed (port taken, address not on this host, name not resolvable): the
+        # operator's setting, so one line naming it rather than a traceback.
+        reason = exc.strerror or type(exc).__name__
+        fail(f"unavailable: cannot listen on {settings.host}:{settings.port} ({reason})")
+
+
+@main.group("db")
+def db_group() -> None:
+    """Database maintenance."""
+
+
+@db_group.command("upgrade")
+@json_option
+def db_upgrade(as_json: bool) -> None:
+    """Apply every pending migration."""
+    _upgrade(settings_or_exit().database_url)
+    emit(as_json, {"upgraded": True, "revision": "head"}, "database is at the latest revision")
+
+
+@main.command()
+@json_option
+def plugins(as_json: bool) -> None:
+    """List the provider plugins, their versions, kinds and hooks."""
+    rows = load_providers().describe()
+
+    def text() -> str:
+        return "\n".join(
+            f"{r['name']} ({r['package']} {r['version']}): sources={','.join(r['source_kinds']) or '-'} "
+            f"connections={','.join(r['connection_kinds']) or '-'} hooks={','.join(r['hooks'])}"
+            for r in rows
+        )
+
+    emit(as_json, {"plugins": rows}, text)
+
+
+@main.command()
+@json_option
+def keygen(as_json: bool) -> None:
+    """Print a fresh SWITCHBOARD_SECRET_ENCRYPTION_KEY."""
+    key = generate_key()
+    emit(as_json, {"key": key}, key)

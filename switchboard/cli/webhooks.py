@@ -1,0 +1,151 @@
+"""``switchboard webhook``: ingest URLs and their signing secrets (minted ones printed once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from switchboard import tenancy
+from switchboard.cli.group import main
+from switchboard.cli.inputs import read_secret
+from switchboard.cli.output import emit, json_option, table
+from switchboard.cli.runner import do
+from switchboard.services import Services
+
+
+@main.group("webhook")
+def webhook_group() -> None:
+    """Ingest URLs: one per source, owned by an endpoint, with a signing secret."""
+
+
+@webhook_group.command("create")
+@click.option(
+    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The owning endpoint's slug."
+)
+@click.option(
+    "--source",
+    required=True,
+    metavar="KIND",
+    help="Source kind (github, gitea, slack, cairn, stripe, generic, …).",
+)
+@click.option("--queue", metavar="Q", help="Target queue on the endpoint (default: its first queue).")
+@json_option
+def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: bool) -> None:
+    """Create a webhook; print its ingest URL and, for minted kinds, its secret (shown once)."""
+
+    async def go(services: Services) -> tuple[tenancy.NewWebhook, str]:
+        new = await tenancy.create_webhook(
+            services.db,
+            services.vault,
+            services.providers,
+            endpoint_slug=endpoint_slug,
+            source=source,
+            queue=queue,
+        )
+        return new, services.settings.base_url
+
+    new, base_url = do(go, warn_plaintext=True)
+    view = tenancy.webhook_view(new.webhook, endpoint_slug)
+    url = tenancy.ingest_url(base_url, new.ingest_token)
+    data = {"webhook": view, "ingest_url": url, "secret": new.secret}
+
+    def text_out() -> str:
+        lines = [
+            f"webhook {view['id']} ({view['source']} → {endpoint_slug}/{view['queue']}) created",
+            f"ingest URL (shown once, store it now): {url}",
+        ]
+        if new.secret is not None:
+            lines.append(f"signing secret (shown once, store it now): {new.secret}")
+        elif view["secret_state"] == "awaiting":
+            lines.append(
+                f"awaiting the provider's signing secret: ingest answers 503 until you run "
+                f"`switchboard webhook set-secret {view['id']}` (secret on stdin)"
+            )
+        else:
+            lines.append("no signing secret: trust comes from the unguessable URL alone")
+        return "\n".join(lines)
+
+    emit(as_json, data, text_out)
+
+
+@webhook_group.command("list")
+@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only this endpoint's webhooks.")
+@json_option
+def webhook_list(endpoint_slug: str | None, as_json: bool) -> None:
+    """List webhooks (never a secret; the ingest token only as its prefix)."""
+
+    async def go(services: Services) -> list[dict[str, Any]]:
+        if endpoint_slug is not None:
+            await tenancy.get_endpoint(services.db, endpoint_slug)
+        return await tenancy.list_webhooks(services.db, endpoint_slug)
+
+    rows = do(go)
+    emit(
+        as_json,
+        {"webhooks": rows},
+        lambda: table(
+            [
+                [
+                    w["id"],
+                    w["source"],
+                    f"{w['endpoint']}/{w['queue']}",
+                    w["trust_mode"],
+                    f"secret:{w['secret_state']}",
+                    w["ingest_token_prefix"],
+                    f"routes:{','.join(w['routes'])}" if w["routes"] else "",
+                ]
+                for w in rows
+            ],
+            "no webhooks",
+        ),
+    )
+
+
+@webhook_group.command("rotate")
+@click.argument("webhook_id")
+@json_option
+def webhook_rotate(webhook_id: str, as_json: bool) -> None:
+    """Mint a new signing secret (github, gitea, cairn); print it once. The old one stops working."""
+
+    async def go(services: Services) -> str:
+        return await tenancy.rotate_webhook_secret(
+            services.db, services.vault, services.providers, webhook_id
+        )
+
+    secret = do(go, warn_plaintext=True)
+    emit(
+        as_json,
+        {"webhook": webhook_id, "secret": secret},
+        f"webhook {webhook_id}: new signing secret (shown once, store it now): {secret}",
+    )
+
+
+@webhook_group.command("set-secret")
+@click.argument("webhook_id")
+@json_option
+def webhook_set_secret(webhook_id: str, as_json: bool) -> None:
+    """Set the provider-issued signing secret (slack, stripe), read from stdin or a hidden prompt."""
+    secret = read_secret("Provider signing secret")
+
+    async def go(services: Services) -> dict[str, Any]:
+        webhook = await tenancy.set_webhook_secret(
+            services.db, services.vault, services.providers, webhook_id, secret
+        )
+        return {"id": webhook.id, "secret_state": webhook.secret_state}
+
+    view = do(go, warn_plaintext=True)
+    emit(as_json, {"webhook": view}, f"webhook {webhook_id}: signing secret set; ingest is open")
+
+
+@webhook_group.command("delete")
+@click.argument("webhook_id")
+@json_option
+def webhook_delete(webhook_id: str, as_json: bool) -> None:
+    """Delete a webhook: its ingest URL stops answering (received events and todos are kept)."""
+
+    async def go(services: Services) -> None:
+        await tenancy.delete_webhook(services.db, webhook_id)
+
+    do(go)
+    emit(as_json, {"webhook": webhook_id, "deleted": True}, f"webhook {webhook_id} deleted")
