@@ -8,10 +8,18 @@ equivalent dequeue + ack (``Queries.dequeue(batch_size=1)`` then ``Queries.log_j
 time. A second baseline row lets PgQueuer dequeue and ack in batches of 10, as its own worker does.
 
 With ``--mcp``, the same cycles also run over MCP: one official SDK client session per claimer on a
-server process, calling the ``claim_next`` and ``complete`` tools.
+server process, calling the ``claim_next`` and ``complete`` tools; and, in the same invocation, the
+same claimers against ``bench/bare_mcp.py`` (the same SDK serving two no-op tools of those names in
+its own process: the protocol's floor).
 
-Each round gets a fresh backlog of ``--cycles`` todos/jobs and stops when it is drained or at
-``--seconds``.
+``max 10`` rows: ``claim_next`` asked for up to 10 todos at once, then each completed one by one
+(a cycle is still one todo; its time is the batch's time over the todos it brought). Switchboard's
+rows appear only where the verb supports it (``max`` in ``todos.claim_next``'s signature for the
+store-level row, in the tool's input schema for the MCP row); otherwise they read "n/a (not yet
+supported)". The bare floor always has one.
+
+Each round gets a fresh backlog of ``--cycles`` todos/jobs and stops when it is drained, at
+``--cycles`` cycles or at ``--seconds``.
 
     .venv/bin/python -m bench.claim --db both --claimers 1,4,16 --cycles 3000 --mcp
 """
@@ -19,7 +27,9 @@ Each round gets a fresh backlog of ``--cycles`` todos/jobs and stops when it is 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
+import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -51,16 +61,69 @@ from bench.common import (
 )
 from switchboard import todos
 
+BATCH = 10
+# Untimed cycles before the over-MCP rounds (Switchboard's and the floor's alike).
+WARM_UP = 20
+NOT_SUPPORTED = "n/a (not yet supported)"
+
+
+def claimed_todos(got: Any) -> list[dict[str, Any]]:
+    """The todos a ``claim_next`` answer holds, whatever its shape: ``None``/``{"empty": true}``
+    (none), one todo, ``{"todo": …}``, ``{"todos": […]}`` or a list."""
+    if got is None:
+        return []
+    if isinstance(got, list):
+        return got
+    if isinstance(got.get("todos"), list):
+        return list(got["todos"])
+    if isinstance(got.get("todo"), dict):
+        return [got["todo"]]
+    return [got] if "id" in got else []
+
+
+def store_supports_max() -> bool:
+    return "max" in inspect.signature(todos.claim_next).parameters
+
+
+def label(queue: str, batch: int) -> str:
+    return queue if batch == 1 else f"{queue} (max {batch})"
+
+
+def report_round(
+    report: Report, engine: str, queue: str, n: int, done: int, wall: float, latencies: Latencies
+) -> None:
+    report.add(
+        engine=engine,
+        queue=queue,
+        claimers=n,
+        cycles=done,
+        seconds=round(wall, 2),
+        cycles_per_second=round(done / wall, 1) if wall > 0 else 0.0,
+        **{f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"},
+    )
+
+
+def report_unsupported(report: Report, engine: str, queue: str, claimers: list[int]) -> None:
+    for n in claimers:
+        report.add(
+            engine=engine, queue=queue, claimers=n, cycles=0, cycles_per_second=None, note=NOT_SUPPORTED
+        )
+
 
 async def switchboard_rounds(
-    bench_db: BenchDatabase, claimers: list[int], cycles: int, seconds: float, report: Report
+    bench_db: BenchDatabase, claimers: list[int], cycles: int, seconds: float, report: Report, batch: int
 ) -> None:
+    queue = label("switchboard", batch)
+    if batch > 1 and not store_supports_max():
+        report_unsupported(report, bench_db.engine, queue, claimers)
+        return
     services = make_services(bench_db, new_key())
     db = services.db
     try:
-        tenant = await provision(services, source=None, families=())
+        tenant = await provision(services, handle=f"store{batch}", source=None, families=())
         endpoint = tenant.endpoint
-        first = 0
+        # Each round's backlog has its own id range (the rounds share a database).
+        first = batch * 1_000_000
         for n in claimers:
             await bulk_pending(db, endpoint.id, tenant.queue, cycles, first=first)
             first += cycles
@@ -72,29 +135,75 @@ async def switchboard_rounds(
 
             async def claimer(deadline: float, latencies: Latencies) -> None:
                 nonlocal done
-                while time.monotonic() < deadline:
+                while time.monotonic() < deadline and done < cycles:
                     started = time.perf_counter()
-                    todo = await todos.claim_next(db, endpoint)
-                    if todo is None:
+                    if batch == 1:
+                        got = claimed_todos(await todos.claim_next(db, endpoint))
+                    else:
+                        got = claimed_todos(await todos.claim_next(db, endpoint, max=batch))  # type: ignore[call-arg]
+                    if not got:
                         return
-                    await todos.complete(db, endpoint, todo["id"], result={"ok": True})
-                    latencies.add(time.perf_counter() - started)
-                    done += 1
+                    for todo in got:
+                        await todos.complete(db, endpoint, todo["id"], result={"ok": True})
+                    elapsed = time.perf_counter() - started
+                    latencies.extend([elapsed / len(got)] * len(got))
+                    done += len(got)
 
             started = time.perf_counter()
             await asyncio.gather(*(claimer(deadline, latencies) for _ in range(n)))
-            wall = time.perf_counter() - started
-            report.add(
-                engine=bench_db.engine,
-                queue="switchboard",
-                claimers=n,
-                cycles=done,
-                seconds=round(wall, 2),
-                cycles_per_second=round(done / wall, 1),
-                **{f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"},
-            )
+            report_round(report, bench_db.engine, queue, n, done, time.perf_counter() - started, latencies)
     finally:
         await db.dispose()
+
+
+async def tool_has_max(client: Any) -> bool:
+    """Does the server's ``claim_next`` tool take ``max``? (Its input schema says.)"""
+    listed = await client.list_tools()
+    for t in listed.tools:
+        if t.name == "claim_next":
+            return "max" in ((t.input_schema or {}).get("properties") or {})
+    return False
+
+
+async def mcp_round(
+    base_url: str, token: str, n: int, cycles: int, seconds: float, batch: int
+) -> tuple[int, float, Latencies]:
+    """``n`` SDK client sessions claiming and completing until the backlog is empty, ``cycles``
+    cycles are done or ``seconds`` have passed; returns (cycles, wall seconds, latencies)."""
+    latencies = Latencies()
+    done = 0
+
+    async def claimer(ready: asyncio.Barrier) -> None:
+        nonlocal done
+        async with mcp_client(base_url, token) as client:
+            await ready.wait()
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and done < cycles:
+                started = time.perf_counter()
+                arguments = {} if batch == 1 else {"max": batch}
+                got = claimed_todos(await tool(client, "claim_next", **arguments))
+                if not got:
+                    return
+                for todo in got:
+                    await tool(client, "complete", todo_id=todo["id"], result={"ok": True})
+                elapsed = time.perf_counter() - started
+                latencies.extend([elapsed / len(got)] * len(got))
+                done += len(got)
+
+    # Sessions are opened first (not timed); the clock starts when all are ready.
+    ready = asyncio.Barrier(n + 1)
+    tasks = [asyncio.create_task(claimer(ready)) for _ in range(n)]
+    opening = asyncio.create_task(ready.wait())
+    await asyncio.wait([opening, *tasks], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if not opening.done():
+        # A session failed to open (its task ended early) or none opened within a minute.
+        for task in [opening, *tasks]:
+            task.cancel()
+        failures = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+        raise RuntimeError(f"MCP sessions did not open: {failures[:1] or 'timed out'}")
+    started = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return done, time.perf_counter() - started, latencies
 
 
 async def mcp_rounds(
@@ -111,55 +220,46 @@ async def mcp_rounds(
     endpoint = tenant.endpoint
     first = 10_000_000
     async with server_process(bench_db, key) as server:
-        for n in claimers:
-            loader = make_services(bench_db, key)
-            try:
-                await bulk_pending(loader.db, endpoint.id, tenant.queue, cycles, first=first)
-                if not loader.db.is_sqlite:
-                    await analyze(loader.db)
-            finally:
-                await loader.db.dispose()
-            first += cycles
-            latencies = Latencies()
-            done = 0
+        async with mcp_client(server.base_url, tenant.endpoint_token) as probe:
+            has_max = await tool_has_max(probe)
+        # Warm-up, untimed (as the floor gets): first requests, statement caches, pools.
+        loader = make_services(bench_db, key)
+        try:
+            await bulk_pending(loader.db, endpoint.id, tenant.queue, WARM_UP, first=first - WARM_UP)
+        finally:
+            await loader.db.dispose()
+        await mcp_round(server.base_url, tenant.endpoint_token, 1, WARM_UP, 30, 1)
+        for batch in (1, BATCH):
+            queue = label("switchboard over MCP", batch)
+            if batch > 1 and not has_max:
+                report_unsupported(report, bench_db.engine, queue, claimers)
+                continue
+            for n in claimers:
+                loader = make_services(bench_db, key)
+                try:
+                    await bulk_pending(loader.db, endpoint.id, tenant.queue, cycles, first=first)
+                    if not loader.db.is_sqlite:
+                        await analyze(loader.db)
+                finally:
+                    await loader.db.dispose()
+                first += cycles
+                done, wall, latencies = await mcp_round(
+                    server.base_url, tenant.endpoint_token, n, cycles, seconds, batch
+                )
+                report_round(report, bench_db.engine, queue, n, done, wall, latencies)
 
-            async def claimer(latencies: Latencies, ready: asyncio.Barrier) -> None:
-                nonlocal done
-                async with mcp_client(server.base_url, tenant.endpoint_token) as client:
-                    await ready.wait()
-                    deadline = time.monotonic() + seconds
-                    while time.monotonic() < deadline:
-                        started = time.perf_counter()
-                        got = await tool(client, "claim_next")
-                        if got.get("empty"):
-                            return
-                        await tool(client, "complete", todo_id=got["todo"]["id"], result={"ok": True})
-                        latencies.add(time.perf_counter() - started)
-                        done += 1
 
-            # Sessions are opened first (not timed); the clock starts when all are ready.
-            ready = asyncio.Barrier(n + 1)
-            tasks = [asyncio.create_task(claimer(latencies, ready)) for _ in range(n)]
-            opening = asyncio.create_task(ready.wait())
-            await asyncio.wait([opening, *tasks], timeout=60, return_when=asyncio.FIRST_COMPLETED)
-            if not opening.done():
-                # A session failed to open (its task ended early) or none opened within a minute.
-                for task in [opening, *tasks]:
-                    task.cancel()
-                failures = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
-                raise RuntimeError(f"MCP sessions did not open: {failures[:1] or 'timed out'}")
-            started = time.perf_counter()
-            await asyncio.gather(*tasks)
-            wall = time.perf_counter() - started
-            report.add(
-                engine=bench_db.engine,
-                queue="switchboard over MCP",
-                claimers=n,
-                cycles=done,
-                seconds=round(wall, 2),
-                cycles_per_second=round(done / wall, 1),
-                **{f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"},
-            )
+async def bare_mcp_rounds(
+    claimers: list[int], cycles: int, seconds: float, report: Report, log_dir: Path
+) -> None:
+    """The floor: the same claimers against ``bench/bare_mcp.py`` (no store, nothing to drain, so
+    each round stops at ``cycles`` or ``seconds``)."""
+    async with server_process(None, None, module="bench.bare_mcp", log_dir=log_dir) as server:
+        await mcp_round(server.base_url, "bare", 1, WARM_UP, 30, 1)
+        for batch in (1, BATCH):
+            for n in claimers:
+                done, wall, latencies = await mcp_round(server.base_url, "bare", n, cycles, seconds, batch)
+                report_round(report, "none", label("bare MCP SDK", batch), n, done, wall, latencies)
 
 
 async def pgqueuer_rounds(
@@ -209,17 +309,8 @@ async def pgqueuer_rounds(
 
             started = time.perf_counter()
             await asyncio.gather(*(claimer(deadline, latencies) for _ in range(n)))
-            wall = time.perf_counter() - started
-            row: dict[str, Any] = {
-                "engine": bench_db.engine,
-                "queue": "pgqueuer" if batch == 1 else f"pgqueuer (batch {batch})",
-                "claimers": n,
-                "cycles": done,
-                "seconds": round(wall, 2),
-                "cycles_per_second": round(done / wall, 1),
-            }
-            row.update({f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"})
-            report.add(**row)
+            queue = "pgqueuer" if batch == 1 else f"pgqueuer (batch {batch})"
+            report_round(report, bench_db.engine, queue, n, done, time.perf_counter() - started, latencies)
             # Whatever a round left queued (it stopped at --seconds) must not feed the next one.
             await queries.clear_queue("bench")
     finally:
@@ -232,8 +323,11 @@ async def main() -> None:
     p.add_argument("--cycles", type=int, default=3000, help="backlog per round (bound)")
     p.add_argument("--seconds", type=float, default=30.0, help="time cap per round")
     p.add_argument("--no-baseline", action="store_true", help="skip PgQueuer on PostgreSQL")
-    p.add_argument("--mcp", action="store_true", help="also drive the tools over MCP (a server process)")
+    p.add_argument("--mcp", action="store_true", help="also drive the tools over MCP, and the bare SDK floor")
+    p.add_argument("--quick", action="store_true", help="claimers 1,4, 200 cycles, 10 s, with --mcp")
     args = p.parse_args()
+    if args.quick:
+        args.claimers, args.cycles, args.seconds, args.mcp = [1, 4], 200, 10.0, True
     if args.cycles < 1 or args.seconds <= 0:
         p.error("--cycles and --seconds must be positive")
     print(machine())
@@ -241,14 +335,19 @@ async def main() -> None:
     for engine in engines_of(args.db):
         heading(f"claim_next + complete on {engine}, claimers {args.claimers}")
         async with private_database(engine) as bench_db:
-            await switchboard_rounds(bench_db, args.claimers, args.cycles, args.seconds, report)
+            for batch in (1, BATCH):
+                await switchboard_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch)
             if args.mcp:
                 heading(f"the same over MCP on {engine}: one SDK client session per claimer")
                 await mcp_rounds(bench_db, args.claimers, args.cycles, args.seconds, report)
             if engine == "postgresql" and not args.no_baseline:
                 heading("baseline: PgQueuer dequeue + ack on the same database")
                 await pgqueuer_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch=1)
-                await pgqueuer_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch=10)
+                await pgqueuer_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch=BATCH)
+    if args.mcp:
+        heading("floor: the bare mcp SDK server (two no-op tools), the same claimers")
+        with tempfile.TemporaryDirectory(prefix="sbbench-") as log_dir:
+            await bare_mcp_rounds(args.claimers, args.cycles, args.seconds, report, Path(log_dir))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import math
 import os
@@ -280,35 +278,7 @@ async def analyze(db: Database) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Signed GitHub deliveries (real octokit payloads, signed the way GitHub signs)
-
-GITHUB_EVENTS: tuple[tuple[str, str], ...] = (
-    ("issues", "issues.opened.json"),
-    ("issue_comment", "issue_comment.created.json"),
-    ("pull_request", "pull_request.opened.json"),
-    ("pull_request_review", "pull_request_review.submitted.json"),
-)
-
-
-def github_bodies() -> list[tuple[str, bytes]]:
-    """``(event, raw body)`` pairs from ``bench/fixtures/github`` (verbatim, never edited)."""
-    return [(event, (FIXTURES / "github" / name).read_bytes()) for event, name in GITHUB_EVENTS]
-
-
-def github_headers(secret: str, event: str, body: bytes) -> dict[str, str]:
-    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": "GitHub-Hookshot/bench",
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": str(uuid.uuid4()),
-        "X-GitHub-Hook-ID": "1",
-        "X-Hub-Signature-256": f"sha256={signature}",
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# A server process (bench/serve.py: the app as `switchboard serve` builds it)
+# MCP sessions and server processes (bench/serve.py: the app as `switchboard serve` builds it)
 
 
 @contextlib.asynccontextmanager
@@ -348,6 +318,7 @@ class ServerProcess:
     process: asyncio.subprocess.Process
     base_url: str
     log_path: Path
+    port: int
 
     def peak_rss_mib(self) -> float | None:
         """The process's peak resident set (``VmHWM``) so far, in MiB (Linux)."""
@@ -373,63 +344,114 @@ def _proc_status_kib(pid: int, field_name: str) -> float | None:
     return None
 
 
-@contextlib.asynccontextmanager
-async def server_process(
-    bench_db: BenchDatabase, key: str, *, env: dict[str, str] | None = None, startup_timeout: float = 60.0
-) -> AsyncIterator[ServerProcess]:
-    """Run ``python -m bench.serve`` on a free 127.0.0.1 port until the block ends (SIGTERM)."""
-    import aiohttp
-
-    port = free_port()
-    log_path = bench_db.directory / f"server-{port}.log"
-    child_env = {
+def server_env(bench_db: BenchDatabase | None, key: str | None, port: int) -> dict[str, str]:
+    """The environment of a server process: this one's, less every ``SWITCHBOARD_*`` setting,
+    plus the database, address and vault key of this benchmark."""
+    env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
-        "SWITCHBOARD_DATABASE_URL": bench_db.url,
         "SWITCHBOARD_HOST": "127.0.0.1",
         "SWITCHBOARD_PORT": str(port),
         "SWITCHBOARD_BASE_URL": f"http://127.0.0.1:{port}",
-        "SWITCHBOARD_SECRET_ENCRYPTION_KEY": key,
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        **(env or {}),
     }
-    with log_path.open("wb") as log_file:
+    if bench_db is not None:
+        env["SWITCHBOARD_DATABASE_URL"] = bench_db.url
+    if key is not None:
+        env["SWITCHBOARD_SECRET_ENCRYPTION_KEY"] = key
+    return env
+
+
+async def start_server(
+    log_dir: Path,
+    env: dict[str, str],
+    *,
+    module: str = "bench.serve",
+    port: int | None = None,
+    startup_timeout: float = 60.0,
+) -> ServerProcess:
+    """Start ``python -m <module>`` (it reads ``SWITCHBOARD_HOST``/``PORT`` from ``env``) and wait
+    until ``GET /healthz`` answers 200. ``port`` reuses an address (a restart after a kill)."""
+    import aiohttp
+
+    port = port or free_port()
+    env = {**env, "SWITCHBOARD_PORT": str(port), "SWITCHBOARD_BASE_URL": f"http://127.0.0.1:{port}"}
+    log_path = log_dir / f"{module.rsplit('.', 1)[-1]}-{port}.log"
+    with log_path.open("ab") as log_file:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "bench.serve",
+            module,
             cwd=str(ROOT),
-            env=child_env,
+            env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-    server = ServerProcess(process, f"http://127.0.0.1:{port}", log_path)
+    server = ServerProcess(process, f"http://127.0.0.1:{port}", log_path, port)
     try:
         deadline = time.monotonic() + startup_timeout
         async with aiohttp.ClientSession() as http:
             while True:
                 if process.returncode is not None:
-                    raise RuntimeError(f"the server exited with {process.returncode}:\n{server.log_tail()}")
+                    raise RuntimeError(f"{module} exited with {process.returncode}:\n{server.log_tail()}")
                 try:
                     async with http.get(server.base_url + "/healthz") as response:
                         if response.status == 200:
-                            break
+                            return server
                 except aiohttp.ClientError:
                     pass
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"the server did not come up in {startup_timeout}s:\n{server.log_tail()}"
+                        f"{module} did not come up in {startup_timeout}s:\n{server.log_tail()}"
                     )
                 await asyncio.sleep(0.1)
-        yield server
-    finally:
-        if process.returncode is None:
+    except BaseException:
+        await stop_server(server, kill=True)
+        raise
+
+
+async def stop_server(server: ServerProcess, *, kill: bool = False) -> None:
+    """SIGTERM (a clean shutdown, 15 s at most) or SIGKILL; returns once the process is gone."""
+    process = server.process
+    if process.returncode is None:
+        if kill:
+            process.kill()
+        else:
             process.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(process.wait(), 15)
             except TimeoutError:
                 process.kill()
-                await process.wait()
+    await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def server_process(
+    bench_db: BenchDatabase | None,
+    key: str | None,
+    *,
+    env: dict[str, str] | None = None,
+    module: str = "bench.serve",
+    log_dir: Path | None = None,
+    startup_timeout: float = 60.0,
+) -> AsyncIterator[ServerProcess]:
+    """Run ``python -m bench.serve`` (or another server module, e.g. the bare anchors) on a free
+    127.0.0.1 port until the block ends (SIGTERM)."""
+    port = free_port()
+    directory = log_dir or (bench_db.directory if bench_db is not None else None)
+    if directory is None:
+        raise ValueError("a server process needs a log directory")
+    server = await start_server(
+        directory,
+        {**server_env(bench_db, key, port), **(env or {})},
+        module=module,
+        port=port,
+        startup_timeout=startup_timeout,
+    )
+    try:
+        yield server
+    finally:
+        await stop_server(server)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,6 @@ from bench.common import (
     Latencies,
     Report,
     engines_of,
-    github_bodies,
-    github_headers,
     heading,
     machine,
     make_services,
@@ -44,6 +42,7 @@ from bench.common import (
     server_process,
     tool,
 )
+from bench.senders import github_bodies, github_headers
 
 CHANNEL_METHOD = "notifications/claude/channel"
 

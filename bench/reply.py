@@ -38,8 +38,6 @@ from bench.common import (
     Latencies,
     Report,
     engines_of,
-    github_bodies,
-    github_headers,
     heading,
     machine,
     make_services,
@@ -51,6 +49,7 @@ from bench.common import (
     server_process,
     tool,
 )
+from bench.senders import github_bodies, github_headers
 from switchboard import connections, outbound, tenancy
 from switchboard.reply import send_reply
 from switchboard.services import Services
@@ -218,7 +217,10 @@ async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--replies", type=int, default=200, help="timed replies per path (bound)")
     p.add_argument("--no-mcp", action="store_true", help="skip the server process and MCP path")
+    p.add_argument("--quick", action="store_true", help="30 replies per path")
     args = p.parse_args()
+    if args.quick:
+        args.replies = 30
     if args.replies < 1:
         p.error("--replies must be positive")
     print(machine())

@@ -1,0 +1,277 @@
+"""Turn the benchmarks' JSON lines into the Markdown tables of bench/README.md.
+
+Each section pairs a Switchboard figure with its anchor from the same run: the bare aiohttp
+ceiling for ingest, PgQueuer and the bare MCP SDK floor for claims, the provider call for replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+ENGINE_LABEL = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "none": "-"}
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if value is None or value == "":
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine_line(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    m = rows[-1]["machine"]
+    return [
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python {m['python']}, "
+        f"SQLite {m['sqlite']}; run {m['date']} (1-minute load average at the end: {m['loadavg_1m']})."
+    ]
+
+
+def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
+    measured = [r for r in rows if "senders" in r]
+    if not measured:
+        return []
+    ceiling = {
+        (r["driver"], r["senders"]): r["per_second"] for r in measured if r.get("server") == "bare aiohttp"
+    }
+
+    def share(r: dict[str, Any]) -> str | None:
+        if r.get("server") == "bare aiohttp":
+            return "ceiling"
+        top = ceiling.get((r.get("driver", "python"), r["senders"]))
+        return f"{r['per_second'] / top:.1%}" if top else None
+
+    out = ["\n### Ingest: signed GitHub deliveries over HTTP\n"]
+    out.append(
+        table(
+            [
+                "senders",
+                "server",
+                "engine",
+                "sender",
+                "acked",
+                "deliveries/s",
+                "of ceiling",
+                "p50 ms",
+                "p99 ms",
+                "other answers",
+                "server peak RSS MiB",
+            ],
+            [
+                [
+                    r["senders"],
+                    r.get("server", "switchboard"),
+                    ENGINE_LABEL[r["engine"]],
+                    r.get("driver", "python"),
+                    r["acked"],
+                    r["per_second"],
+                    share(r),
+                    r.get("p50_ms"),
+                    r.get("p99_ms"),
+                    ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
+                    r["server_peak_rss_mib"],
+                ]
+                for r in sorted(
+                    measured,
+                    key=lambda r: (
+                        r["senders"],
+                        r.get("server") != "bare aiohttp",
+                        r["engine"],
+                        r.get("driver", ""),
+                    ),
+                )
+            ],
+        )
+    )
+    out.append(
+        '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender and '
+        "senders. The bare rows under each sender show how far that sender itself goes."
+    )
+    for r in rows:
+        if "check" in r:
+            line = (
+                f"\n{ENGINE_LABEL[r['engine']]}: {r['acknowledged']} acknowledged todos, "
+                f"{r.get('acknowledged_not_stored', 0)} of them not stored; {r['stored']} stored"
+            )
+            if r.get("stored_unread"):
+                line += (
+                    f" ({r['stored_unread']} stored with their 202 unread: in flight when wrk stopped, "
+                    f"at most {r.get('in_flight_at_stop')})"
+                )
+            out.append(line + ".")
+    return out
+
+
+def claim_section(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    paths: list[tuple[str, str]] = []
+    for r in rows:
+        if (r["engine"], r["queue"]) not in paths:
+            paths.append((r["engine"], r["queue"]))
+
+    def name(engine: str, queue: str) -> str:
+        if queue.startswith("switchboard"):
+            return f"Switchboard {ENGINE_LABEL[engine]}{queue.removeprefix('switchboard')}"
+        if queue.startswith("bare MCP SDK"):
+            return queue.replace("bare MCP SDK", "bare MCP SDK floor")
+        return queue.replace("pgqueuer", "PgQueuer")
+
+    claimers = sorted({r["claimers"] for r in rows})
+    grid = {(r["engine"], r["queue"], r["claimers"]): r for r in rows}
+    body = []
+    for engine, queue in paths:
+        line: list[Any] = [name(engine, queue)]
+        for n in claimers:
+            r = grid.get((engine, queue, n))
+            if r is None:
+                line.append(None)
+            elif r.get("note"):
+                line.append(r["note"])
+            else:
+                line.append(
+                    f"{r['cycles_per_second']:,.0f} ({r.get('cycle_p50_ms', 0):.1f} / "
+                    f"{r.get('cycle_p99_ms', 0):.1f} ms)"
+                )
+        body.append(line)
+    return [
+        "\n### Claim cycles (`claim_next` + `complete`) per second\n",
+        table(["path", *(f"{n} claimer{'s' if n > 1 else ''}" for n in claimers)], body),
+        "\nEach cell: cycles/s (p50 / p99 of one cycle; in the max/batch 10 rows a cycle's time is its "
+        "batch's time over the todos it brought).",
+    ]
+
+
+def crash_section(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        "\n### kill -9 under ingest load: acked / stored / duplicated\n",
+        table(
+            [
+                "killed",
+                "engine",
+                "deliveries",
+                "kills",
+                "acked",
+                "stored",
+                "duplicated",
+                "answered as duplicate",
+                "answers by status",
+                "restart p50 / max s",
+                "verdict",
+            ],
+            [
+                [
+                    r["killed"],
+                    ENGINE_LABEL[r["engine"]],
+                    r["deliveries"],
+                    r["kills"],
+                    r["acked"],
+                    r["stored"],
+                    r["duplicated"],
+                    r["answered_as_duplicate"],
+                    ", ".join(f"{'no answer' if s == '-1' else s}: {n:,}" for s, n in r["answers"].items()),
+                    f"{r['restart_p50_s']} / {r['restart_max_s']}",
+                    r["verdict"],
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+
+
+def other_sections(by: dict[str, list[dict[str, Any]]]) -> list[str]:
+    out: list[str] = []
+    backlog = by.get("claim_backlog", [])
+    if backlog:
+        out.append("\n### `claim_next` latency vs pending backlog\n")
+        out.append(
+            table(
+                ["engine", "statistics", "pending", "claims", "p50 ms", "p99 ms", "build s", "pick walks"],
+                [
+                    [
+                        ENGINE_LABEL[r["engine"]],
+                        "-" if r["engine"] == "sqlite" else ("ANALYZE" if r.get("analyzed") else "stale"),
+                        r["backlog"],
+                        r.get("claim_n"),
+                        r.get("claim_p50_ms"),
+                        r.get("claim_p99_ms"),
+                        r["build_seconds"],
+                        r.get("pick_index", "?"),
+                    ]
+                    for r in backlog
+                ],
+            )
+        )
+
+    doorbell = by.get("doorbell", [])
+    if doorbell:
+        out.append("\n### Doorbell: delivery POST → `notifications/claude/channel` at the SDK client\n")
+        out.append(
+            table(
+                ["engine", "deliveries", "missed", "202 p50 ms", "202 p99 ms", "ring p50 ms", "ring p99 ms"],
+                [
+                    [
+                        ENGINE_LABEL[r["engine"]],
+                        r["deliveries"],
+                        r["missed_rings"],
+                        r.get("ack_p50_ms"),
+                        r.get("ack_p99_ms"),
+                        r.get("ring_p50_ms"),
+                        r.get("ring_p99_ms"),
+                    ]
+                    for r in doorbell
+                ],
+            )
+        )
+
+    reply = by.get("reply_overhead", [])
+    if reply:
+        out.append("\n### Reply overhead over the provider call\n")
+        out.append(
+            table(
+                [
+                    "engine",
+                    "path",
+                    "replies",
+                    "provider p50/p99 ms",
+                    "reply p50/p99 ms",
+                    "overhead p50/p99 ms",
+                ],
+                [
+                    [
+                        ENGINE_LABEL[r["engine"]],
+                        r["path"],
+                        r["replies"],
+                        f"{r['provider_p50_ms']:.2f} / {r['provider_p99_ms']:.2f}",
+                        f"{r['reply_p50_ms']:.2f} / {r['reply_p99_ms']:.2f}",
+                        f"{r['overhead_p50_ms']:.2f} / {r['overhead_p99_ms']:.2f}",
+                    ]
+                    for r in reply
+                ],
+            )
+        )
+    return out
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault(row["benchmark"], []).append(row)
+    out = machine_line(rows)
+    out += ingest_section(by.get("ingest", []))
+    out += claim_section(by.get("claim_cycles", []))
+    out += other_sections(by)
+    out += crash_section(by.get("crash", []))
+    return "\n".join(out)
