@@ -19,7 +19,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard import api, ingest, mcp, outbound, reply, todos
 from switchboard import web as web_ui
-from switchboard.db import DatabaseUnavailable, is_unavailable
+from switchboard.db import is_unavailable
 from switchboard.services import SERVICES, Services, build_services, services_of
 
 __all__ = ["Services", "background_jobs", "build_services", "make_app"]
@@ -108,7 +108,9 @@ async def healthz(request: web.Request) -> web.Response:
     services = services_of(request)
     try:
         await services.db.ping()
-    except DatabaseUnavailable:
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
         return web.json_response({"status": "unavailable", "database": "unreachable"}, status=503)
     return web.json_response({"status": "ok", "database": services.db.dialect})
 

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from switchboard.db import is_unavailable
 from switchboard.web import board, connections, endpoints, session, teams, webhooks
 from switchboard.web.forms import page_view
 from switchboard.web.html import error_page
-from switchboard.web.session import DATABASE_ERRORS, authed, load_viewer
+from switchboard.web.session import authed, load_viewer
 
 STYLESHEET = Path(__file__).parent / "static" / "app.css"
 CSP = (
@@ -72,7 +73,10 @@ async def stylesheet(request: web.Request) -> web.StreamResponse:
 async def not_found_page(request: web.Request) -> web.StreamResponse:
     try:
         viewer = await load_viewer(request)
-    except DATABASE_ERRORS:
+    except Exception as exc:
+        # With the database away the 404 page still answers, without the viewer's navigation.
+        if not is_unavailable(exc):
+            raise
         viewer = None
     return error_page(viewer, 404, "There is no such page.", "Not found")
 

@@ -20,7 +20,7 @@ from switchboard.web.forms import changes, list_field, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
-    Refusal,
+    FormRefusal,
     Safe,
     action_form,
     badge,
@@ -180,7 +180,7 @@ def connection_form(services: Services, viewer: Viewer, form: Mapping[str, str])
     return card_form(viewer, "/ui/connections", fields, "Add connection")
 
 
-async def connections_page(request: web.Request, viewer: Viewer, refusal: Refusal | None) -> web.Response:
+async def connections_page(request: web.Request, viewer: Viewer, refusal: FormRefusal | None) -> web.Response:
     services = services_of(request)
     rows = await owner_connections.connections_for_human(services, viewer.human_id)
     return listing_page(

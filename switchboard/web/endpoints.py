@@ -19,7 +19,7 @@ from switchboard.tenancy import Owner
 from switchboard.web.forms import int_field, list_field, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
-    Refusal,
+    FormRefusal,
     Safe,
     action_form,
     badge,
@@ -135,7 +135,7 @@ def endpoint_row(viewer: Viewer, e: Endpoint, manage: bool) -> Safe:
     )
 
 
-async def endpoints_page(request: web.Request, viewer: Viewer, refusal: Refusal | None) -> web.Response:
+async def endpoints_page(request: web.Request, viewer: Viewer, refusal: FormRefusal | None) -> web.Response:
     services = services_of(request)
     sections = []
     for scope in viewer.scopes:
@@ -178,6 +178,7 @@ async def vend(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         families=families,
         expires_in_days=int_field(form, "expires_in_days", "expires in days", None),
         default_lease_seconds=int_field(form, "default_lease_seconds", "default lease", 300) or 0,
+        max_per_owner=services.settings.max_endpoints_per_owner,
     )
     log.info("web: %s vended endpoint %s", viewer.handle, endpoint.slug)
     mcp_url = f"{services.settings.base_url.rstrip('/')}/mcp"

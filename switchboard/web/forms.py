@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from switchboard.errors import SwitchboardError, invalid
-from switchboard.web.html import Refusal
+from switchboard.web.html import FormRefusal
 
 if TYPE_CHECKING:
     from switchboard.web.session import Viewer
@@ -26,7 +26,7 @@ FIELD_MAX = 16 * 1024
 UNKEPT_FIELDS = frozenset({"secret", "token", "csrf"})
 
 Handler = Callable[[web.Request, "Viewer"], Awaitable[web.StreamResponse]]
-PageRenderer = Callable[[web.Request, "Viewer", Refusal | None], Awaitable[web.Response]]
+PageRenderer = Callable[[web.Request, "Viewer", FormRefusal | None], Awaitable[web.Response]]
 Resource = TypeVar("Resource")
 
 
@@ -107,7 +107,7 @@ def shows_refusals(render: PageRenderer, *, create_form: bool = False) -> Callab
                 form = None
                 if create_form:
                     form = {k: v for k, v in viewer.form.items() if k not in UNKEPT_FIELDS}
-                return await render(request, viewer, Refusal(exc.message, exc.http_status, form))
+                return await render(request, viewer, FormRefusal(exc.message, exc.http_status, form))
 
         return wrapper
 

@@ -306,7 +306,7 @@ def collapsible(summary: str, content: Safe, open_: bool) -> Safe:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class FormRefusal:
     """Why a POST changed nothing, for its page to show: the message, the status, and the create
     form's fields to fill in again (``None`` when the refused form was not the create form)."""
 
@@ -315,7 +315,7 @@ class Refusal:
     form: Mapping[str, str] | None = None
 
 
-def kept(refusal: Refusal | None) -> Mapping[str, str]:
+def kept(refusal: FormRefusal | None) -> Mapping[str, str]:
     """The values a create form shows: what came back with a refusal, else nothing (defaults)."""
     return refusal.form if refusal is not None and refusal.form is not None else {}
 
@@ -395,7 +395,7 @@ def error_page(viewer: Viewer | None, status: int, message: str, title: str = "E
 def listing_page(
     request: web.Request,
     viewer: Viewer,
-    refusal: Refusal | None,
+    refusal: FormRefusal | None,
     *,
     title: str,
     intro: str,

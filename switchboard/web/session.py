@@ -16,15 +16,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
-from sqlalchemy import delete, select
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import tenancy
-from switchboard.db import DatabaseUnavailable, utcnow
+from switchboard.db import is_unavailable, utcnow
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.ids import new_token, token_hash
 from switchboard.models import Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
@@ -37,8 +37,6 @@ log = logging.getLogger("switchboard.web")
 
 SESSION_TTL = timedelta(hours=12)
 LOGIN_COOKIE = "sb_login"
-# What the database being away looks like from a handler: an error page, not a traceback.
-DATABASE_ERRORS = (DatabaseUnavailable, OperationalError, DBAPIError, OSError)
 
 # Rows that belong to an endpoint, and so to its owner scope.
 EndpointOwned = TypeVar("EndpointOwned", Todo, Webhook)
@@ -97,7 +95,7 @@ class Viewer:
             raise forbidden(f"only the owners and admins of {label} may {what}")
         return scope
 
-    def sees(self) -> Any:
+    def sees(self) -> ColumnElement[bool]:
         """SQL filter: endpoints in a scope the viewer can see."""
         return scope_filter([scope.owner for scope in self.scopes])
 
@@ -221,12 +219,17 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
             return error_page(
                 viewer, 409, "That changed at the same time elsewhere. Reload and retry.", "Conflict"
             )
-        except DATABASE_ERRORS:
-            log.exception("web UI: database unavailable on %s %s", request.method, request.path)
-            return error_page(viewer, 503, "The database is unavailable. Try again shortly.", "Unavailable")
-        except Exception:
-            log.exception("web UI: unhandled error on %s %s", request.method, request.path)
-            return error_page(viewer, 500, "Something went wrong on our side; it has been logged.", "Error")
+        except Exception as exc:
+            # The database being away (``db.is_unavailable``) is a 503 page the viewer may retry;
+            # anything else is a bug, logged with its traceback.
+            where = f"{request.method} {request.path}"
+            if is_unavailable(exc):
+                log.warning("web UI: database unavailable on %s: %s", where, type(exc).__name__)
+                status, message, title = 503, "The database is unavailable. Try again shortly.", "Unavailable"
+            else:
+                log.exception("web UI: unhandled error on %s", where)
+                status, message, title = 500, "Something went wrong on our side; it has been logged.", "Error"
+            return error_page(viewer, status, message, title)
 
     return wrapper
 

@@ -16,7 +16,7 @@ from switchboard.services import services_of
 from switchboard.web.forms import see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
-    Refusal,
+    FormRefusal,
     Safe,
     action_form,
     badge,
@@ -86,7 +86,7 @@ def team_section(viewer: Viewer, team: dict[str, Any]) -> Safe:
     )
 
 
-async def teams_page(request: web.Request, viewer: Viewer, refusal: Refusal | None) -> web.Response:
+async def teams_page(request: web.Request, viewer: Viewer, refusal: FormRefusal | None) -> web.Response:
     teams = await tenancy.list_teams(services_of(request).db, viewer.human_id)
     create = card_form(
         viewer,

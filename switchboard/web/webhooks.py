@@ -23,7 +23,7 @@ from switchboard.web.forms import changes, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
-    Refusal,
+    FormRefusal,
     Safe,
     action_form,
     badge,
@@ -165,7 +165,7 @@ def create_form(
     )
 
 
-async def webhooks_page(request: web.Request, viewer: Viewer, refusal: Refusal | None) -> web.Response:
+async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefusal | None) -> web.Response:
     services = services_of(request)
     sections = []
     live_managed: list[Endpoint] = []
