@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 
-ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
-ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[dict[str, Any], ASGIReceive, ASGISend], Awaitable[None]]
+# The ASGI types as the SDK's transport (and Starlette) declare them: a scope and every message are
+# mutable mappings. The bridge builds plain dicts, which are such mappings.
+ASGIScope = MutableMapping[str, Any]
+ASGIMessage = MutableMapping[str, Any]
+ASGIReceive = Callable[[], Awaitable[ASGIMessage]]
+ASGISend = Callable[[ASGIMessage], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, ASGIReceive, ASGISend], Awaitable[None]]
 
 
 async def run_asgi(
@@ -56,7 +60,7 @@ async def run_asgi(
     # an empty or plain-text body; those are collected and answered as a JSON-RPC error instead.
     plain_error: dict[str, Any] = {}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: ASGIMessage) -> None:
         nonlocal response
         if done.is_set():
             return
