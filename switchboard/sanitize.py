@@ -1,8 +1,9 @@
-"""Sender-controlled delivery data made safe to store (SPEC §4 step 7): one-line columns, payloads
-that encode as UTF-8 on both engines, bounded delivery keys and headers with credentials redacted.
+"""Sender-controlled delivery data made safe to store (docs/architecture.md, "What ingest
+stores"): one-line columns, payloads that encode as UTF-8 on both engines, bounded delivery keys and
+headers with credentials redacted.
 
-Pure functions, no I/O: ingest calls them for every delivery and the property tests call them
-directly.
+Pure functions, no I/O and no project imports: ingest calls them for every delivery and the
+property tests call them directly.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
-
-from switchboard.todos import encode_payload
 
 # Header names whose values are credentials or signatures: kept on the event as "[redacted]".
 _SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?key|password|auth", re.I)
@@ -39,13 +38,18 @@ def storable(payload: Any) -> Any:
 
 
 def storable_encoded(payload: Any) -> tuple[Any, bytes]:
-    """``storable(payload)`` and its stored encoding (``encode_payload``), from one JSON encoding
-    in the usual case (no lone surrogates): every todo of a delivery shares the bytes."""
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    """``storable(payload)`` and its stored encoding (compact UTF-8 JSON, the bytes
+    ``todos.encode_payload`` makes), from one JSON encoding in the usual case (no lone surrogates):
+    every todo of a delivery shares the bytes."""
+    text = _compact_json(payload)
     if _SURROGATE.search(text) is None:
         return payload, text.encode()
     cleaned = json.loads(_SURROGATE.sub("\ufffd", text))
-    return cleaned, encode_payload(cleaned)
+    return cleaned, _compact_json(cleaned).encode()
+
+
+def _compact_json(payload: Any) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
 def delivery_key(key: str | None, body: bytes) -> str:

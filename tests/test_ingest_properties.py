@@ -20,7 +20,8 @@ from multidict import CIMultiDict
 from switchboard import plugins
 from switchboard.ingest import address_for
 from switchboard.provider import Address, Delivery, EchoClues, Verdict
-from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable
+from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable, storable_encoded
+from switchboard.todos import encode_payload
 
 PROVIDERS = plugins.load()
 SERVICES: Any = SimpleNamespace(providers=PROVIDERS)
@@ -96,6 +97,28 @@ def test_verifiers_never_raise_and_unverified_deliveries_get_no_address(
     # Even asked directly, generic never derives an address.
     if kind == "generic" and verdict.ok:
         assert PROVIDERS.hook.derive_address(delivery=delivery, verdict=verdict) is None
+
+
+# Text as a JSON body can carry it: lone surrogates included (a "\ud800" escape decodes to one).
+wild_text = st.text(st.characters(codec=None, categories=None), max_size=12) | st.text(
+    st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=6
+)
+wild_json = st.recursive(
+    st.none() | st.integers() | wild_text,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(wild_text, children, max_size=3),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(payload=wild_json)
+def test_a_storable_payload_encodes_as_utf8_and_as_the_todo_stores_it(payload: Any) -> None:
+    cleaned, encoded = storable_encoded(payload)
+    # Ingest hands these bytes to every todo of the delivery: they must be the todo's own encoding.
+    assert encoded == encode_payload(cleaned)
+    assert json.loads(encoded.decode("utf-8")) == cleaned
+    if re.search("[\ud800-\udfff]", json.dumps(payload, ensure_ascii=False)) is None:
+        assert cleaned == payload  # only lone surrogates are replaced
 
 
 # ---------------------------------------------------------------------------------------------
