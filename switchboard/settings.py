@@ -31,6 +31,13 @@ class Settings(BaseSettings):
     outbound_allow_cidrs: str = ""
     reply_grace_seconds: int = Field(900, ge=0, le=7 * 24 * 3600)
     reply_todo_cap: int = Field(20, ge=1, le=10_000)
+    # MCP sessions one process holds, per owner scope (the sum over its endpoints: a human or a
+    # team) and in all. An owner at its limit loses its own oldest idle session; the process limit
+    # evicts from the largest holder, so one tenant's flood never refuses another's first session.
+    max_sessions_per_owner: int = Field(256, ge=1, le=1_000_000)
+    max_sessions: int = Field(10_000, ge=1, le=1_000_000)
+    # Live (active, unexpired) endpoints one owner scope may hold; vending more is a conflict.
+    max_endpoints_per_owner: int = Field(100, ge=1, le=1_000_000)
     github_api_url: str | None = None
     slack_api_url: str | None = None
     log_level: str = "INFO"

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
-from switchboard.models import Endpoint, Route, Todo, Webhook
+from switchboard.models import Endpoint, Human, Route, Team, Todo, Webhook
 from switchboard.owners import (
     HANDLE_RE,
     ROLES,
@@ -51,6 +51,7 @@ __all__ = [
     "ALL_VERBS",
     "CONNECTION_VERBS_WARNING",
     "HANDLE_RE",
+    "MAX_ENDPOINTS_PER_OWNER",
     "MAX_LEASE_SECONDS",
     "QUEUE_RE",
     "RESERVED_QUEUES",
@@ -107,6 +108,8 @@ VERB_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 ALL_VERBS = tuple(v for verbs in VERB_FAMILIES.values() for v in verbs)
 MAX_LEASE_SECONDS = 24 * 3600
+# The default of SWITCHBOARD_MAX_ENDPOINTS_PER_OWNER (the surfaces pass the configured value).
+MAX_ENDPOINTS_PER_OWNER = 100
 
 
 def check_queue(value: str) -> str:
@@ -151,8 +154,15 @@ async def vend_endpoint(
     families: list[str] | None = None,
     expires_in_days: int | None = None,
     default_lease_seconds: int = 300,
+    max_per_owner: int = MAX_ENDPOINTS_PER_OWNER,
 ) -> tuple[Endpoint, str]:
-    """Create an endpoint; returns it and its ``sbk_`` token, which is never shown again."""
+    """Create an endpoint; returns it and its ``sbk_`` token, which is never shown again.
+
+    An owner scope holds at most ``max_per_owner`` live endpoints (revoked and expired ones do not
+    count): each endpoint may hold MCP sessions, so an unbounded count is an unbounded share of
+    the server. Over the quota is a ``conflict``, checked under a lock on the owner's row so that
+    concurrent vends cannot both take the last place.
+    """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise invalid("name must be 1 to 200 characters")
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:63]
@@ -183,10 +193,34 @@ async def vend_endpoint(
     )
     try:
         async with db.write() as s:
+            await _check_endpoint_quota(s, owner, max_per_owner, now)
             s.add(endpoint)
     except IntegrityError:
         raise conflict(f"endpoint {slug!r} already exists") from None
     return endpoint, token
+
+
+async def _check_endpoint_quota(s: AsyncSession, owner: Owner, limit: int, now: datetime) -> None:
+    # The owner's row, locked (PostgreSQL; SQLite's write transaction already excludes writers).
+    table: type[Human] | type[Team] = Human if owner.human_id else Team
+    if await s.scalar(select(table.id).where(table.id == owner.id).with_for_update()) is None:
+        raise not_found("owner")
+    column = Endpoint.owner_human_id if owner.human_id else Endpoint.owner_team_id
+    live = await s.scalar(
+        select(func.count(Endpoint.id)).where(
+            column == owner.id,
+            Endpoint.state == "active",
+            or_(Endpoint.expires_at.is_(None), Endpoint.expires_at > now),
+        )
+    )
+    if (live or 0) >= limit:
+        raise SwitchboardError(
+            "conflict",
+            f"this owner holds {live} live endpoints and may hold at most {limit} "
+            "(SWITCHBOARD_MAX_ENDPOINTS_PER_OWNER); revoke one first",
+            quota="endpoints_per_owner",
+            limit=limit,
+        )
 
 
 def endpoint_is_live(endpoint: Endpoint, now: datetime | None = None) -> bool:

@@ -55,6 +55,7 @@ async def vend(req: Request) -> tuple[int, dict[str, Any]]:
         families=req.body.get("families") or [],
         expires_in_days=req.body.get("expires_in_days"),
         default_lease_seconds=req.body.get("default_lease_seconds", 300),
+        max_per_owner=req.services.settings.max_endpoints_per_owner,
     )
     view = tenancy.endpoint_view(endpoint, req.caller.label(owner))
     data: dict[str, Any] = {

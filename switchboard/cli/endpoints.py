@@ -73,6 +73,7 @@ def endpoint_vend(
             queues=list(queues) or None,
             families=wanted,
             expires_in_days=expires_in_days,
+            max_per_owner=services.settings.max_endpoints_per_owner,
         )
         label = f"human:{owner_handle}" if owner_handle else f"team:{team_slug}"
         return tenancy.endpoint_view(endpoint, label), token, services.settings.base_url

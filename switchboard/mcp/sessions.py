@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
@@ -40,8 +43,9 @@ log = logging.getLogger("switchboard.mcp")
 
 PATH = "/mcp"
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# Per endpoint, as before the owner limits; the owner and process limits are settings
+# (SWITCHBOARD_MAX_SESSIONS_PER_OWNER, SWITCHBOARD_MAX_SESSIONS).
 MAX_SESSIONS_PER_ENDPOINT = 64
-MAX_SESSIONS = 10_000
 SESSION_IDLE_SECONDS = 30 * 60
 REVOCATION_SWEEP_SECONDS = 1.0
 
@@ -54,6 +58,67 @@ def _unauthorized(message: str) -> web.Response:
     return web.json_response(
         {"error": "unauthorized", "message": message}, status=401, headers={"WWW-Authenticate": "Bearer"}
     )
+
+
+@dataclass(eq=False)
+class HeldSession(LiveSession):
+    """A live session with what the limits need: its owner scope and how recently it was used."""
+
+    owner_id: str = ""
+    # Requests being served now. A session with one in flight or an open GET stream is not idle.
+    busy: int = 0
+    last_active: float = field(default_factory=time.monotonic)
+
+    @property
+    def idle(self) -> bool:
+        return self.busy == 0 and not self.stream_open
+
+
+def _eviction_order(session: HeldSession) -> tuple[bool, float]:
+    # Idle sessions before busy ones, then the least recently used first.
+    return (not session.idle, session.last_active)
+
+
+def to_evict(
+    held: Iterable[HeldSession],
+    endpoint_id: str,
+    owner_id: str,
+    *,
+    per_endpoint: int,
+    per_owner: int,
+    total: int,
+) -> list[tuple[HeldSession, str]]:
+    """The sessions to close (with the limit that chose each) so that one more session of
+    ``endpoint_id`` (owned by ``owner_id``) fits every limit.
+
+    The endpoint's and then the owner's own sessions make room first: an agent that reconnects
+    without closing its sessions, or a tenant that floods from many endpoints, only ever pushes out
+    its own. The process limit is the last resort and takes from the largest holder, so one
+    tenant's flood never refuses another tenant's first session.
+    """
+    live = list(held)
+    out: list[tuple[HeldSession, str]] = []
+
+    def evict(candidates: list[HeldSession], limit: str) -> None:
+        victim = min(candidates, key=_eviction_order)
+        out.append((victim, limit))
+        live.remove(victim)
+
+    while True:
+        own_endpoint = [s for s in live if s.endpoint_id == endpoint_id]
+        if own_endpoint and len(own_endpoint) >= per_endpoint:
+            evict(own_endpoint, "endpoint")
+            continue
+        own = [s for s in live if s.owner_id == owner_id]
+        if own and len(own) >= per_owner:
+            evict(own, "owner")
+            continue
+        if live and len(live) >= total:
+            counts = Counter(s.owner_id for s in live)
+            largest = max(counts, key=lambda owner: counts[owner])
+            evict([s for s in live if s.owner_id == largest], "process")
+            continue
+        return out
 
 
 class McpService:
@@ -71,6 +136,8 @@ class McpService:
         self.stateless = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._tg: anyio.abc.TaskGroup | None = None
         self._lock = asyncio.Lock()
+        # The same sessions as the doorbell's table, with their owner and activity.
+        self.held: dict[str, HeldSession] = {}
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -93,6 +160,7 @@ class McpService:
     async def discard(self, session: LiveSession) -> None:
         """Forget a session and close its transport (its streams end, its id answers 404)."""
         self.bell.remove(session.id)
+        self.held.pop(session.id, None)
         if not session.transport.is_terminated:
             with anyio.CancelScope(shield=True):
                 await session.transport.terminate()
@@ -137,7 +205,7 @@ class McpService:
         session_id = request.headers.get("mcp-session-id")
         if session_id is None:
             return await self._open_session(request, body, endpoint, extra)
-        session = self.bell.sessions.get(session_id)
+        session = self.held.get(session_id)
         if session is None or session.endpoint_id != endpoint.id:
             # Another endpoint's session answers exactly like an unknown one.
             return jsonrpc_error(404, "Session not found")
@@ -150,9 +218,13 @@ class McpService:
                 opened.append(True)
                 self.bell.stream_opened(session)
 
+        session.busy += 1
+        session.last_active = time.monotonic()
         try:
             response = await run_asgi(request, body, session.transport.handle_request, extra, on_start)
         finally:
+            session.busy -= 1
+            session.last_active = time.monotonic()
             if opened:
                 self.bell.stream_closed(session)
         if session.transport.is_terminated:
@@ -164,25 +236,34 @@ class McpService:
     ) -> web.StreamResponse:
         if request.method != "POST":
             return jsonrpc_error(400, "Bad Request: Missing session ID")
+        owner_id = tenancy.Owner.of(endpoint).id
+        settings = self.services.settings
         async with self._lock:
-            sessions = list(self.bell.sessions.values())
-            own = sorted((s for s in sessions if s.endpoint_id == endpoint.id), key=lambda s: s.created)
-            if len(own) >= MAX_SESSIONS_PER_ENDPOINT:
-                # An agent that keeps reconnecting without closing its sessions must not lock
-                # itself out: its oldest session makes room.
-                await self.discard(own[0])
-            elif len(sessions) >= MAX_SESSIONS:
-                return jsonrpc_error(503, "Too many open sessions", -32603)
+            # Room is made by closing sessions, never by refusing this one.
+            for victim, limit in to_evict(
+                self.held.values(),
+                endpoint.id,
+                owner_id,
+                per_endpoint=MAX_SESSIONS_PER_ENDPOINT,
+                per_owner=settings.max_sessions_per_owner,
+                total=settings.max_sessions,
+            ):
+                self.services.metrics.inc("switchboard_mcp_sessions_evicted_total", limit=limit)
+                await self.discard(victim)
             session_id = uuid4().hex
-            session = LiveSession(
+            session = HeldSession(
                 id=session_id,
                 endpoint_id=endpoint.id,
                 queues=tuple(endpoint.queues),
                 transport=StreamableHTTPServerTransport(
                     mcp_session_id=session_id, idle_timeout=SESSION_IDLE_SECONDS
                 ),
+                owner_id=owner_id,
+                # Busy until its first answer has started (it is not idle while being opened).
+                busy=1,
             )
             self.bell.add(session)
+            self.held[session_id] = session
         # Decided when the answer starts: aiohttp may cancel this handler once the client has read
         # the response and hung up, and that must not undo a session the client now holds.
         established: list[bool] = []
@@ -199,6 +280,8 @@ class McpService:
                 lambda status: established.append(status < 400),
             )
         finally:
+            session.busy -= 1
+            session.last_active = time.monotonic()
             if not any(established):
                 await self.discard(session)
 
