@@ -277,8 +277,9 @@ def one_line(text: str, limit: int = 80) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Strict address field checks (SPEC §6.1). A field that fails is a reason for *no* address, never
-# for a cleaned-up one, so these answer yes/no (or the exact value) and never repair their input.
+# Strict address field checks (docs/sources/*.md, "Reply address"). A field that fails is a reason
+# for *no* address, never for a cleaned-up one, so these answer yes/no (or the exact value) and
+# never repair their input.
 
 _REPO_RE = re.compile(r"[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100}")
 _HOST_RE = re.compile(

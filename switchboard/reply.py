@@ -3,7 +3,8 @@
 The agent chooses the words. The delivery chose the place (the todo's immutable ``reply_to``). The
 owner chose the credential (the connection of the *todo's* owner scope that serves that address).
 
-Every check runs before any dial, in the order of SPEC §6.4, and a refusal writes no reply row.
+Every check runs before any dial, in the order docs/replying.md lists them ("Refusals and their
+fixes"), and a refusal writes no reply row.
 The checks and the insert of the ``pending`` row share one write transaction that holds the todo
 row locked (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers anyway),
 so of concurrent identical calls exactly one inserts and dials; the others find its row and wait
@@ -143,7 +144,8 @@ def _check_state(todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: i
 async def _choose_connection(
     s: AsyncSession, services: Services, todo: Todo, endpoint: Endpoint, address: Address
 ) -> tuple[Connection, ConnectionKind]:
-    """The todo's owner scope's one connection serving this address (SPEC §6.3)."""
+    """The todo's owner scope's one connection serving this address (docs/replying.md, "Which
+    credential is used")."""
     todo_endpoint = await s.get(Endpoint, todo.endpoint_id)
     assert todo_endpoint is not None
     owner = Owner.of(todo_endpoint)
@@ -396,7 +398,7 @@ async def _await_outcome(services: Services, reply_id: str) -> Reply:
 async def send_reply(
     services: Services, endpoint: Endpoint, todo_id: str, text: str, idempotency_key: str | None = None
 ) -> dict[str, Any]:
-    """Post ``text`` to the todo's reply address; see the module docstring and SPEC §6.4."""
+    """Post ``text`` to the todo's reply address; see the module docstring and docs/replying.md."""
     try:
         key = _check_arguments(todo_id, text, idempotency_key)
         try:

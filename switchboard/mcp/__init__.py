@@ -1,5 +1,5 @@
-"""The agent surface: MCP over Streamable HTTP at ``/mcp`` (SPEC §5.2), on the official SDK, and
-the doorbell that pushes a hint into a live session when work lands (SPEC §5.3).
+"""The agent surface: MCP over Streamable HTTP at ``/mcp`` (docs/agents.md), on the official SDK,
+and the doorbell that pushes a hint into a live session when work lands ("The doorbell" there).
 
 * ``tools``: one tool per granted verb (schema, validation, handler) and the SDK server.
 * ``bridge``: aiohttp <-> ASGI, how a request reaches the SDK's transport.

@@ -1,4 +1,5 @@
-"""The doorbell (SPEC §5.3): a hint pushed into a live agent session when work lands.
+"""The doorbell (docs/agents.md, "The doorbell"): a hint pushed into a live agent session when
+work lands.
 
 The queue is the record; a ring is only a hint, so a missed ring never loses a todo. Rings are
 unicast: each ring is claimed in the database with one conditional UPDATE on the todo's

@@ -1,4 +1,4 @@
-"""The MCP service: ``/mcp`` over Streamable HTTP (SPEC §5.2), its sessions, their limits, and
+"""The MCP service: ``/mcp`` over Streamable HTTP (docs/agents.md), its sessions, their limits, and
 the revocation pass that closes the sessions of revoked or expired endpoints.
 
 Stateful sessions are kept here rather than in the SDK's session manager, so that this process
