@@ -35,8 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from switchboard import outbound, secretscan
 from switchboard.connections import api_overrides, open_secret
 from switchboard.db import utcnow
-from switchboard.errors import SwitchboardError, invalid, not_found
-from switchboard.ids import new_id
+from switchboard.errors import SwitchboardError, conflict, invalid, not_found
+from switchboard.ids import new_id, token_hash
 from switchboard.models import Connection, Endpoint, Reply, ReplyBucket, Todo
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
@@ -110,7 +110,7 @@ def _visible(char: str) -> bool:
     return not char.isspace() and unicodedata.category(char) not in _INVISIBLE
 
 
-def _check_arguments(todo_id: object, text: object, idempotency_key: object) -> str:
+def _check_arguments(todo_id: object, text: object, idempotency_key: object, lease_token: object) -> str:
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise not_found("todo")
     if not isinstance(text, str) or not any(_visible(c) for c in text):
@@ -122,16 +122,23 @@ def _check_arguments(todo_id: object, text: object, idempotency_key: object) -> 
         not isinstance(idempotency_key, str) or not KEY_RE.fullmatch(idempotency_key)
     ):
         raise invalid("idempotency_key must be 1 to 128 printable ASCII characters")
+    if lease_token is not None and (not isinstance(lease_token, str) or not 1 <= len(lease_token) <= 200):
+        raise invalid("lease_token must be a non-empty string")
     return idempotency_key if idempotency_key is not None else reply_key(todo_id, text)
 
 
-def _check_state(todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: int) -> None:
+def _check_state(
+    todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: int, lease_token: str | None
+) -> None:
     if todo.state == "pending":
         raise _refuse("not_claimed", "claim the todo before replying to it")
     if todo.state == "claimed":
         if todo.lease_expires_at is not None and todo.lease_expires_at <= now:
             raise _refuse("not_claimed", "the todo's lease has expired; claim it again to reply")
+        _check_fence(todo, lease_token)
         return
+    # Finished: the claim a token fenced is over (its hash is cleared), so a token is not checked;
+    # the grace window belongs to the endpoint that finished the todo.
     if todo.finished_by != endpoint.id or todo.finished_at is None:
         raise _refuse("reply_window_closed", "the todo was not finished by this endpoint")
     if now - todo.finished_at > timedelta(seconds=grace_seconds):
@@ -139,6 +146,19 @@ def _check_state(todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: i
             "reply_window_closed",
             f"replies are accepted for {grace_seconds} seconds after the todo is completed or failed",
         )
+
+
+def _check_fence(todo: Todo, lease_token: str | None) -> None:
+    """A fenced claim's worker must present its lease_token, exactly as ``complete`` requires: a
+    superseded worker (its lease expired and another claim took the todo) is refused ``conflict``
+    rather than posting in the new holder's name."""
+    if todo.lease_token_hash is not None:
+        if lease_token is None:
+            raise conflict(f"todo {todo.id} is claimed with fencing: pass its lease_token")
+        if token_hash(lease_token) != todo.lease_token_hash:
+            raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
+    elif lease_token is not None:
+        raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
 
 
 async def _choose_connection(
@@ -214,7 +234,9 @@ async def _take_token(s: AsyncSession, services: Services, endpoint_id: str, now
     bucket.tokens, bucket.updated_at = tokens - 1.0, now
 
 
-async def _prepare(services: Services, endpoint: Endpoint, todo_id: str, text: str, key: str) -> _Ready | str:
+async def _prepare(
+    services: Services, endpoint: Endpoint, todo_id: str, text: str, key: str, lease_token: str | None
+) -> _Ready | str:
     """Run every check and insert the pending row; or the id of the existing row for this key."""
     now = utcnow()
     async with services.db.write() as s:
@@ -235,7 +257,7 @@ async def _prepare(services: Services, endpoint: Endpoint, todo_id: str, text: s
             address = Address.from_dict(todo.reply_to)
         except (KeyError, TypeError):
             raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
-        _check_state(todo, endpoint, now, services.settings.reply_grace_seconds)
+        _check_state(todo, endpoint, now, services.settings.reply_grace_seconds, lease_token)
         connection, kind = await _choose_connection(s, services, todo, endpoint, address)
         body = text.strip()
         if len(body) > kind.text_limit:
@@ -396,13 +418,19 @@ async def _await_outcome(services: Services, reply_id: str) -> Reply:
 
 
 async def send_reply(
-    services: Services, endpoint: Endpoint, todo_id: str, text: str, idempotency_key: str | None = None
+    services: Services,
+    endpoint: Endpoint,
+    todo_id: str,
+    text: str,
+    idempotency_key: str | None = None,
+    *,
+    lease_token: str | None = None,
 ) -> dict[str, Any]:
     """Post ``text`` to the todo's reply address; see the module docstring and docs/replying.md."""
     try:
-        key = _check_arguments(todo_id, text, idempotency_key)
+        key = _check_arguments(todo_id, text, idempotency_key, lease_token)
         try:
-            prepared = await _prepare(services, endpoint, todo_id, text, key)
+            prepared = await _prepare(services, endpoint, todo_id, text, key, lease_token)
         except IntegrityError:
             # Another process inserted the same (todo, key) between our check and insert.
             async with services.db.read() as s:

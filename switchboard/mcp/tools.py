@@ -146,7 +146,8 @@ TOOLS: dict[str, types.Tool] = {
             description="Answer the conversation a todo came from (issue or PR comment, Slack thread, "
             "Cairn comment). The text is posted PUBLICLY in that thread, through the owner's "
             "credential. Allowed while you hold the claim or shortly after completing or failing "
-            "it. You never pass an address: the verified delivery chose the place.",
+            "it. You never pass an address: the verified delivery chose the place. If you claimed "
+            "it with fence, pass that claim's lease_token.",
             input_schema=_schema(
                 {
                     "todo_id": _TODO_ID,
@@ -155,6 +156,7 @@ TOOLS: dict[str, types.Tool] = {
                         "type": "string",
                         "description": "Reuse on a retry: the first outcome returns, no second post.",
                     },
+                    "lease_token": _LEASE_TOKEN,
                 },
                 ("todo_id", "text"),
             ),
@@ -322,7 +324,14 @@ async def _release(services: Services, endpoint: Endpoint, a: dict[str, Any]) ->
 
 
 async def _reply(services: Services, endpoint: Endpoint, a: dict[str, Any]) -> dict[str, Any]:
-    return await send_reply(services, endpoint, a["todo_id"], a["text"], a.get("idempotency_key"))
+    return await send_reply(
+        services,
+        endpoint,
+        a["todo_id"],
+        a["text"],
+        a.get("idempotency_key"),
+        lease_token=a.get("lease_token"),
+    )
 
 
 async def _list_connections(services: Services, endpoint: Endpoint, a: dict[str, Any]) -> dict[str, Any]:
