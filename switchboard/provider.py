@@ -229,6 +229,12 @@ class ConnectionKind:
     test: Callable[[ConnectionCheck], Awaitable[CheckResult]]
     default_account_key: str | None = None
     description: str = ""
+    # The instance an address names, as this kind's normalised account key (``github.com``,
+    # ``https://git.example.com/gitea``), or None when the address does not say. A webhook is bound
+    # to one instance (SPEC §10, hardening): the core compares this with the binding. None here (Slack,
+    # where one app serves many workspaces through one API host) means webhooks of the kind are
+    # never bound.
+    instance_of: Callable[[Address], str | None] | None = None
 
 
 # The invisible marker a reply carries, naming its reply id, so that the provider's webhook for our
@@ -341,15 +347,82 @@ def origin_of(url: object, schemes: tuple[str, ...] = ("https", "http")) -> tupl
 
 
 # ---------------------------------------------------------------------------------------------
+# Instance bases. A self-hosted forge or Cairn may run under a path (``https://host/gitea-a``), and
+# several under one host name, so an address names its instance by the whole base, not the host:
+# the URL of one of its objects minus that object's own path. The base is compared with a
+# connection's account key (an https base URL, normalised by ``outbound.normalize_https_base``)
+# without the scheme: a forge whose configured root URL is http:// is the same instance, and the
+# dial always goes to the connection's own https:// URL.
+
+_PATH_SEGMENT_RE = re.compile(r"[A-Za-z0-9._~-]{1,100}")
+_DEFAULT_PORTS = {"https": ":443", "http": ":80"}
+BASE_LIMIT = 300
+
+
+def instance_base(url: object, suffix: str, schemes: tuple[str, ...] = ("https",)) -> str | None:
+    """The normalised base of the instance that serves ``url``: the part before ``suffix`` (the
+    object's own path, e.g. ``/acme/api`` or ``/artifacts/art_1``), as ``scheme://host[:port][/path]``
+    with the scheme's default port dropped.
+
+    None unless ``url`` passes ``origin_of`` and is exactly the base followed by ``suffix`` (compared
+    without regard to case, as forges spell names in either), with no query, fragment or
+    percent-escape, and every base path segment a plain name (no ``.``, ``..`` or empty segment).
+    """
+    origin = origin_of(url, schemes=schemes)
+    if origin is None or not isinstance(url, str) or not suffix.startswith("/"):
+        return None
+    scheme, host = origin
+    rest = url[len(scheme) + 3 + len(host) :]
+    if not rest.lower().endswith(suffix.lower()) or any(c in rest for c in "?#%"):
+        return None
+    prefix = rest[: len(rest) - len(suffix)]
+    segments = prefix.split("/")[1:] if prefix else []
+    if prefix and not prefix.startswith("/"):
+        return None
+    if not all(_PATH_SEGMENT_RE.fullmatch(seg) and seg not in (".", "..") for seg in segments):
+        return None
+    base = f"{scheme}://{host.removesuffix(_DEFAULT_PORTS.get(scheme, ''))}{prefix}"
+    return base if len(base) <= BASE_LIMIT else None
+
+
+def instance_key(base: str) -> str:
+    """A base URL (or account key) without its scheme: ``git.example.com/gitea-a``."""
+    return base.partition("://")[2]
+
+
+def https_base(base: object) -> str | None:
+    """The account key a connection to this instance has (its https base URL), or None."""
+    if not isinstance(base, str) or "://" not in base:
+        return None
+    return f"https://{instance_key(base)}"
+
+
+def same_instance(base: object, account_key: str) -> bool:
+    """Is the address's base the instance of a connection with this normalised https base URL?"""
+    return isinstance(base, str) and "://" in base and instance_key(base) == instance_key(account_key)
+
+
+# ---------------------------------------------------------------------------------------------
 # Forge helpers shared by GitHub-shaped providers (GitHub, Gitea/Forgejo, and any third-party forge
 # whose payloads carry ``repository`` and an issue or pull request, and ``comment`` objects).
 
 
 def forge_comment_address(
-    provider: str, repository: object, subject: object, schemes: tuple[str, ...] = ("https",)
+    provider: str,
+    repository: object,
+    subject: object,
+    schemes: tuple[str, ...] = ("https",),
+    *,
+    path_mounted: bool = True,
 ) -> Address | None:
     """A ``forge_comment`` address from a repository object and its issue / pull request, or None
-    if any field fails its strict check (``host`` from ``repository.html_url``)."""
+    if any field fails its strict check.
+
+    ``host`` is the host of ``repository.html_url``; ``base`` is its instance base, the part before
+    ``/{owner}/{repo}`` (see ``instance_base``). ``path_mounted=False`` is for a forge whose
+    instance is always a whole host (GitHub and GHES): its addresses keep ``host`` alone, as they
+    always did, and an ``html_url`` with a path before the repository means no address.
+    """
     if not isinstance(repository, dict) or not isinstance(subject, dict):
         return None
     origin = origin_of(repository.get("html_url"), schemes=schemes)
@@ -357,12 +430,18 @@ def forge_comment_address(
     number = valid_number(subject.get("number"))
     if origin is None or repo is None or number is None:
         return None
+    base = instance_base(repository.get("html_url"), f"/{repo}", schemes=schemes)
+    if base is None:
+        return None
     host = origin[1]
+    where = instance_key(base)
+    fields: dict[str, Any] = {"host": host, "repo": repo, "number": number}
+    if path_mounted:
+        fields = {"host": host, "base": base, "repo": repo, "number": number}
+    elif where != host.removesuffix(_DEFAULT_PORTS.get(origin[0], "")):
+        return None
     return Address(
-        kind="forge_comment",
-        provider=provider,
-        display=f"{provider} {host}/{repo}#{number}",
-        fields={"host": host, "repo": repo, "number": number},
+        kind="forge_comment", provider=provider, display=f"{provider} {where}/{repo}#{number}", fields=fields
     )
 
 

@@ -186,17 +186,28 @@ async def _choose_connection(
     rows = await s.scalars(
         select(Connection).where(scope, Connection.kind == kind.name).order_by(Connection.created_at)
     )
-    chosen = None
+    matching = []
     for row in rows.all():
         try:
             matches = kind.account_matches(row.account_key, address)
         except (KeyError, TypeError, ValueError):
             matches = False
         if matches:
-            chosen = row
-            break
-    if chosen is None:
+            matching.append(row)
+    if not matching:
         raise missing
+    if len(matching) > 1:
+        # Never a pick: the first-created connection would post to whichever instance it serves.
+        # Exact addresses match one account key at most; this is an address stored before
+        # addresses carried their instance base, or a provider whose rule matches loosely.
+        names = ", ".join(repr(row.name) for row in matching)
+        raise _refuse(
+            "no_connection",
+            f"the address {address.display} is ambiguous: connections {names} all match it, "
+            "so no reply is sent (the todo predates exact instance addresses, or the provider's "
+            "account rule is loose)",
+        )
+    chosen = matching[0]
     if chosen.targets:
         try:
             target = kind.target_of(address)

@@ -480,6 +480,7 @@ async def test_gitea_conversation_events_become_todos_with_a_forge_address(
         "provider": "gitea",
         "display": f"gitea gitea.example.com/acme/api#{number}",
         "host": "gitea.example.com",
+        "base": "https://gitea.example.com",
         "repo": "acme/api",
         "number": number,
     }
@@ -787,6 +788,7 @@ async def test_cairn_artifact_event_gets_a_comment_address(services: Services, b
         "provider": "cairn",
         "display": "cairn cairn.example.com artifact art_01jdq8v6k2m3n4p5q6r7s8t9",
         "instance": "https://cairn.example.com",
+        "base": "https://cairn.example.com",
         "artifact_id": "art_01jdq8v6k2m3n4p5q6r7s8t9",
     }
     (event,) = await events(services)

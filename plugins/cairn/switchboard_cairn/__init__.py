@@ -36,11 +36,15 @@ from switchboard.provider import (
     Verdict,
     find_marker,
     hmac_sha256_hex,
+    https_base,
+    instance_base,
+    instance_key,
     json_object,
     one_line,
     origin_of,
     reply_marker,
     same,
+    same_instance,
 )
 
 KIND = "cairn"
@@ -139,12 +143,17 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     origin = origin_of(artifact.get("url"))
     if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id) or origin is None:
         return None
+    # The instance base: the artifact URL before its own path. A Cairn may run under a path of a
+    # shared host, so the base (not the host) is what a connection must match.
+    base = instance_base(artifact.get("url"), f"/artifacts/{artifact_id}", schemes=("https", "http"))
+    if base is None:
+        return None
     scheme, host = origin
     return Address(
         kind="cairn_comment",
         provider=KIND,
-        display=f"{KIND} {host} artifact {artifact_id}",
-        fields={"instance": f"{scheme}://{host}", "artifact_id": artifact_id},
+        display=f"{KIND} {instance_key(base)} artifact {artifact_id}",
+        fields={"instance": f"{scheme}://{host}", "base": base, "artifact_id": artifact_id},
     )
 
 
@@ -213,13 +222,20 @@ async def _post(post: ReplyPost) -> PostResult:
 
 
 def _account_matches(key: str, address: Address) -> bool:
+    """The address's instance base must be the connection's base URL, path included (the scheme
+    does not matter: the dial goes to the key's https URL). An address stored before addresses
+    carried their base names only ``instance`` (scheme and host); it keeps the host rule, and the
+    core refuses it as ambiguous when more than one connection of the scope is on that host."""
+    if address.provider != KIND:
+        return False
+    if "base" in address.fields:
+        return same_instance(address.fields["base"], key)
     instance = address.fields.get("instance")
-    # Compare hosts: the scheme of the artifact URL does not matter, the dial goes to the key's URL.
-    return (
-        address.provider == KIND
-        and isinstance(instance, str)
-        and (instance.partition("://")[2] == outbound.host_of(key))
-    )
+    return isinstance(instance, str) and instance.partition("://")[2] == outbound.host_of(key)
+
+
+def _instance_of(address: Address) -> str | None:
+    return https_base(address.fields.get("base")) if address.provider == KIND else None
 
 
 CONNECTION = ConnectionKind(
@@ -230,6 +246,7 @@ CONNECTION = ConnectionKind(
     text_limit=TEXT_LIMIT,
     test=_test,
     description="A Cairn token with annotation-write scope (account key: the https base URL).",
+    instance_of=_instance_of,
 )
 
 

@@ -83,6 +83,7 @@ def test_address_and_its_strictness() -> None:
         "provider": "cairn",
         "display": "cairn cairn.example.com artifact art_01jdq8v6k2m3n4p5q6r7s8t9",
         "instance": "https://cairn.example.com",
+        "base": "https://cairn.example.com",
         "artifact_id": "art_01jdq8v6k2m3n4p5q6r7s8t9",
     }
     assert cairn.is_echo(delivery, verdict) == EchoClues(object_ids=("cmt_01jdq9c0b1c2d3e4f5g6h7j8",))
@@ -90,6 +91,13 @@ def test_address_and_its_strictness() -> None:
         ("url", "ftp://cairn.example.com/a"),
         ("url", "https://user@cairn.example.com/a"),
         ("url", None),
+        # The instance base is the URL before the artifact's own path: another path is no address.
+        ("url", "https://cairn.example.com/a"),
+        ("url", "https://cairn.example.com/artifacts/art_other"),
+        ("url", "https://cairn.example.com/artifacts/art_01jdq8v6k2m3n4p5q6r7s8t9?x=1"),
+        ("url", "https://cairn.example.com/../artifacts/art_01jdq8v6k2m3n4p5q6r7s8t9"),
+        ("url", "https://cairn.example.com//artifacts/art_01jdq8v6k2m3n4p5q6r7s8t9"),
+        ("url", "https://cairn.example.com/c%2fd/artifacts/art_01jdq8v6k2m3n4p5q6r7s8t9"),
         ("id", "art/../../admin"),
         ("id", ""),
         ("id", 12),
@@ -98,6 +106,27 @@ def test_address_and_its_strictness() -> None:
         broken["artifact"][field] = value
         d = _delivery(broken)
         assert cairn.derive_address(d, cairn.verify(d)) is None, (field, value)
+
+
+def test_a_cairn_under_a_path_is_its_own_instance() -> None:
+    """Two Cairns under one host name are two instances: the address carries the base, path and all."""
+    payload = _payload("artifact.created")
+    payload["artifact"]["url"] = (
+        "https://tools.example.com:8443/cairn-b/artifacts/" + payload["artifact"]["id"]
+    )
+    d = _delivery(payload)
+    address = cairn.derive_address(d, cairn.verify(d))
+    assert address.fields["base"] == "https://tools.example.com:8443/cairn-b"
+    assert address.fields["instance"] == "https://tools.example.com:8443"
+    assert address.display == f"cairn tools.example.com:8443/cairn-b artifact {payload['artifact']['id']}"
+    assert cairn.CONNECTION.instance_of(address) == "https://tools.example.com:8443/cairn-b"
+    assert cairn.CONNECTION.account_matches("https://tools.example.com:8443/cairn-b", address)
+    for other in ("https://tools.example.com:8443/cairn-a", "https://tools.example.com:8443"):
+        assert not cairn.CONNECTION.account_matches(other, address)
+    # The default port is not part of the base.
+    payload["artifact"]["url"] = "https://cairn.example.com:443/artifacts/" + payload["artifact"]["id"]
+    d = _delivery(payload)
+    assert cairn.derive_address(d, cairn.verify(d)).fields["base"] == "https://cairn.example.com"
 
 
 def test_ping_is_housekeeping() -> None:

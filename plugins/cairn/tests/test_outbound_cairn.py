@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -35,6 +36,20 @@ def test_connection_kind_rules() -> None:
     # The dial goes to the connection's https URL whatever scheme the artifact URL had.
     assert kind.account_matches("https://cairn.example.com", cairn_address("http://cairn.example.com"))
     assert not kind.account_matches("https://cairn.example.com", cairn_address("https://evil.example"))
+    # An address with its instance base matches that base exactly, path included, scheme aside.
+    based = cairn_address("https://tools.example.com")
+    based = dataclasses.replace(based, fields={**based.fields, "base": "http://tools.example.com/cairn-b"})
+    assert kind.account_matches("https://tools.example.com/cairn-b", based)
+    assert not kind.account_matches("https://tools.example.com/cairn-a", based)
+    assert not kind.account_matches("https://tools.example.com", based)
+    assert not kind.account_matches("https://tools.example.com/cairn-b/x", based)
+    assert kind.instance_of(based) == "https://tools.example.com/cairn-b"
+    # An address stored before addresses carried their base keeps the host rule (the core refuses
+    # it when several connections of the scope match).
+    assert kind.account_matches(
+        "https://tools.example.com/cairn-a", cairn_address("https://tools.example.com")
+    )
+    assert kind.instance_of(cairn_address("https://tools.example.com")) is None
     assert kind.target_of(cairn_address("https://c", "art_9")) == "art_9"
 
 

@@ -29,10 +29,12 @@ from switchboard.provider import (
     comment_echo_clues,
     forge_comment_address,
     hmac_sha256_hex,
+    https_base,
     json_object,
     one_line,
     reply_marker,
     same,
+    same_instance,
     valid_number,
     valid_repo,
 )
@@ -182,8 +184,9 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
         return None
     subject, _ = _subject(payload)
-    # Self-hosted forges often run on plain http inside a network; the reply side decides whether
-    # it may dial it (the connection's https base URL and the outbound guard).
+    # Self-hosted forges often run on plain http inside a network, and under a path of a shared
+    # host: the address carries the instance base (the html_url before /{owner}/{repo}), and the
+    # reply side decides whether it may dial it (the connection's https base URL and the guard).
     return forge_comment_address(KIND, payload.get("repository"), subject, schemes=("https", "http"))
 
 
@@ -220,6 +223,7 @@ async def _post(post: ReplyPost) -> PostResult:
     if repo is None or number is None:
         return PostResult(state="failed", error_class="invalid", error_code="bad_address")
     owner, name = (quote(part, safe="") for part in repo.split("/"))
+    # The connection's own base URL, path included: the instance the address matched exactly.
     url = f"{post.account_key}/api/v1/repos/{owner}/{name}/issues/{number}/comments"
     body = {"body": post.text + reply_marker(post.reply_id)}
     resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
@@ -233,17 +237,31 @@ async def _post(post: ReplyPost) -> PostResult:
     )
 
 
+def _account_matches(key: str, address: Address) -> bool:
+    """The address's instance base (from the verified payload) must be the connection's base URL,
+    path included: two Gitea instances under one host name are two instances. An address stored
+    before addresses carried their base names only a host; it keeps the host rule, and the core
+    refuses it as ambiguous when more than one connection of the scope is on that host."""
+    if address.provider != KIND:
+        return False
+    if "base" in address.fields:
+        return same_instance(address.fields["base"], key)
+    return address.fields.get("host") == outbound.host_of(key)
+
+
+def _instance_of(address: Address) -> str | None:
+    return https_base(address.fields.get("base")) if address.provider == KIND else None
+
+
 CONNECTION = ConnectionKind(
     name=KIND,
     normalize_account_key=outbound.normalize_https_base,
-    # The address's host (from the verified payload) must be the connection's own host.
-    account_matches=lambda key, address: (
-        address.provider == KIND and address.fields.get("host") == outbound.host_of(key)
-    ),
+    account_matches=_account_matches,
     target_of=lambda address: str(address.fields.get("repo", "")),
     text_limit=TEXT_LIMIT,
     test=_test,
-    description="A Gitea or Forgejo access token (account key: the https base URL).",
+    description="A Gitea or Forgejo access token (account key: the https base URL, with its path).",
+    instance_of=_instance_of,
 )
 
 

@@ -110,13 +110,25 @@ def test_address_echo_and_strictness() -> None:
         "provider": "gitea",
         "display": "gitea gitea.example.com/acme/api#7",
         "host": "gitea.example.com",
+        "base": "https://gitea.example.com",
         "repo": "acme/api",
         "number": 7,
     }
     assert gitea.is_echo(delivery, verdict) == EchoClues(
         object_ids=("1206",), marker="rp_01jdq9a0b1c2d3e4f5g6h7j8k9"
     )
-    for change in ("https://gitea.example.com:99999/acme/api", "https://gitea example.com/acme/api", ""):
+    for change in (
+        "https://gitea.example.com:99999/acme/api",
+        "https://gitea example.com/acme/api",
+        "",
+        # The base is the html_url before /{owner}/{repo}: a URL of another repository is no address.
+        "https://gitea.example.com/acme/other",
+        "https://gitea.example.com/acme/api/",
+        "https://gitea.example.com/../acme/api",
+        "https://gitea.example.com//acme/api",
+        "https://gitea.example.com/x%2Fy/acme/api",
+        "https://gitea.example.com/acme/api?x=1",
+    ):
         payload["repository"]["html_url"] = change
         body = json.dumps(payload).encode()
         d = _delivery(body, **{"X-Gitea-Signature": _sig(body), "X-Gitea-Event-Type": "pull_request_comment"})
@@ -129,3 +141,21 @@ def test_self_hosted_port_is_part_of_the_host() -> None:
     body = json.dumps(payload).encode()
     d = _delivery(body, **{"X-Gitea-Signature": _sig(body), "X-Gitea-Event-Type": "issues"})
     assert gitea.derive_address(d, gitea.verify(d)).display == "gitea git.lan:3000/acme/api#3"
+
+
+def test_a_gitea_under_a_path_is_its_own_instance() -> None:
+    """Two Gitea instances under one host name are two instances: the address carries the base
+    (the html_url before /{owner}/{repo}), and only the connection with that base URL matches."""
+    payload = json.loads(_body("issues.opened"))
+    payload["repository"]["html_url"] = "http://git.lan:3000/gitea-b/acme/api"
+    body = json.dumps(payload).encode()
+    d = _delivery(body, **{"X-Gitea-Signature": _sig(body), "X-Gitea-Event-Type": "issues"})
+    address = gitea.derive_address(d, gitea.verify(d))
+    assert address.fields["base"] == "http://git.lan:3000/gitea-b"
+    assert address.fields["host"] == "git.lan:3000"
+    assert address.display == "gitea git.lan:3000/gitea-b/acme/api#3"
+    assert gitea.CONNECTION.instance_of(address) == "https://git.lan:3000/gitea-b"
+    # The scheme is not part of the comparison: the dial goes to the connection's https URL.
+    assert gitea.CONNECTION.account_matches("https://git.lan:3000/gitea-b", address)
+    for other in ("https://git.lan:3000/gitea-a", "https://git.lan:3000", "https://git.lan/gitea-b"):
+        assert not gitea.CONNECTION.account_matches(other, address)

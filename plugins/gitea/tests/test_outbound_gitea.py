@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -36,6 +37,27 @@ def test_connection_kind_rules() -> None:
     assert kind.account_matches("https://git.example.com/forge", forge_address("gitea", "git.example.com"))
     assert not kind.account_matches("https://git.example.com", forge_address("gitea", "git.example.com:8443"))
     assert not kind.account_matches("https://git.example.com", forge_address("github", "git.example.com"))
+    # With its instance base, an address matches that base exactly (path included, scheme aside).
+    based = forge_address("gitea", "git.example.com")
+    based = dataclasses.replace(based, fields={**based.fields, "base": "https://git.example.com/forge"})
+    assert kind.account_matches("https://git.example.com/forge", based)
+    assert not kind.account_matches("https://git.example.com", based)
+    assert not kind.account_matches("https://git.example.com/forge-b", based)
+    assert not kind.account_matches("https://git.example.com/Forge", based)
+    assert kind.instance_of(based) == "https://git.example.com/forge"
+    assert kind.instance_of(forge_address("gitea", "git.example.com")) is None
+
+
+async def test_the_post_goes_under_the_connections_base_path(http: Outbound, fake: FakeProvider) -> None:
+    """A Gitea served under a path gets its API under that path: {base}/api/v1/…"""
+    address = forge_address("gitea", fake.host, number=5)
+    address = dataclasses.replace(address, fields={**address.fields, "base": f"{fake.base_url}/gitea-b"})
+    fake.script("POST", "/gitea-b/api/v1/repos/acme/api/issues/5/comments", Scripted(201, {"id": 77}))
+    post = ReplyPost(http, "gitea", f"{fake.base_url}/gitea-b", "tok-b", address, "Done.", REPLY_ID)
+    result = await gitea.post_reply(post=post)
+    assert (result.state, result.object_id) == ("sent", "77")
+    [req] = fake.requests
+    assert (req.path, req.auth) == ("/gitea-b/api/v1/repos/acme/api/issues/5/comments", "token tok-b")
 
 
 async def test_comment_with_the_token_scheme(http: Outbound, fake: FakeProvider) -> None:

@@ -138,7 +138,8 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
         return None
     subject = payload.get("pull_request") or payload.get("issue")
-    return forge_comment_address(KIND, payload.get("repository"), subject)
+    # GitHub and GHES serve a whole host, never a path: the host is the instance.
+    return forge_comment_address(KIND, payload.get("repository"), subject, path_mounted=False)
 
 
 @hookimpl
@@ -221,6 +222,16 @@ async def _post(post: ReplyPost) -> PostResult:
     )
 
 
+def _instance_of(address: Address) -> str | None:
+    host = address.fields.get("host")
+    if address.provider != KIND or not isinstance(host, str):
+        return None
+    try:
+        return outbound.normalize_host(host)
+    except ValueError:
+        return None
+
+
 CONNECTION = ConnectionKind(
     name=KIND,
     normalize_account_key=outbound.normalize_host,
@@ -230,6 +241,7 @@ CONNECTION = ConnectionKind(
     test=_test,
     default_account_key=SAAS_HOST,
     description="A GitHub or GitHub Enterprise Server token (account key: the forge host).",
+    instance_of=_instance_of,
 )
 
 

@@ -102,6 +102,10 @@ def _address(payload: dict, event: str = "issues") -> Address | None:
         ("html_url", "https://evil.example@github.com/x"),
         ("html_url", "https://GITHUB.com/x"),
         ("html_url", "javascript:alert(1)"),
+        # GitHub serves a whole host: the html_url is https://{host}/{owner}/{repo}, exactly.
+        ("html_url", "https://github.com/prefix/Codertocat/Hello-World"),
+        ("html_url", "https://github.com/Codertocat/Other"),
+        ("html_url", "https://github.com/Codertocat/Hello-World?x=1"),
         ("number", 0),
         ("number", -1),
         ("number", "1"),
@@ -124,6 +128,9 @@ def test_enterprise_host_is_kept() -> None:
     address = _address(payload)
     assert address.fields["host"] == "ghe.acme.internal"
     assert address.display == "github ghe.acme.internal/Codertocat/Hello-World#1"
+    # GitHub addresses keep their shape: the host is the instance (no base field).
+    assert set(address.fields) == {"host", "repo", "number"}
+    assert github.CONNECTION.instance_of(address) == "ghe.acme.internal"
 
 
 def test_echo_clues_of_a_comment() -> None:
