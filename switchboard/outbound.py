@@ -9,6 +9,13 @@ so the check lives in two places that every connection passes: the connector's r
 Other rules: https only (http only with ``SWITCHBOARD_OUTBOUND_ALLOW_HTTP``), redirects never
 followed, proxies from the environment ignored, connect and total timeouts, a response size cap.
 
+Fairness: one process's pool is shared by every tenant, so no single host and no single owner may
+fill it. A host gets at most ``limit_per_host`` connections, an owner scope at most
+``limit_per_owner`` dials in flight (``Outbound.slot``, held by the reply pipeline), and the time
+spent waiting for either kind of slot is bounded by the short connect budget, not by the total
+timeout: a dial that never got a slot ends ``failed``/``connect_failed`` (nothing was sent, so it
+is retryable), and only a request that may have been written can end ``unknown``.
+
 Errors are ``OutboundError`` subclasses whose class says whether anything may have been sent:
 ``OutboundRefused`` and ``OutboundConnectError`` mean nothing was; ``OutboundUncertain`` means the
 request may have been written. Messages never carry a URL query, a header or a body.
@@ -16,6 +23,7 @@ request may have been written. Messages never carry a URL query, a header or a b
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
@@ -49,8 +57,13 @@ NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 # Deprecated IPv4-compatible addresses (::a.b.c.d); Python calls ::127.0.0.1 global.
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 MAX_RESPONSE_BYTES = 1024 * 1024
+# Waiting for a pool slot plus making the connection (TCP and TLS): nothing is sent before it ends.
 CONNECT_TIMEOUT = 5.0
+# From asking for a connection to the last byte of the answer.
 TOTAL_TIMEOUT = 15.0
+POOL_LIMIT = 100
+LIMIT_PER_HOST = 20
+LIMIT_PER_OWNER = 8
 
 
 class OutboundError(Exception):
@@ -122,6 +135,54 @@ class _GuardedConnector(aiohttp.TCPConnector):
         return results
 
 
+class _Slots:
+    """At most ``per_key`` holders per key (an owner scope). Keys with no holder and no waiter are
+    forgotten, so the table stays as small as the set of owners dialling right now."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self._held: dict[str, int] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    def in_use(self, key: str) -> int:
+        return self._held.get(key, 0)
+
+    async def acquire(self, key: str, wait: float) -> None:
+        """Take a slot of ``key`` within ``wait`` seconds (first come, first served), or raise
+        ``TimeoutError``."""
+        if self._held.get(key, 0) < self.per_key and not self._waiters.get(key):
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiters.setdefault(key, [])
+        queue.append(future)
+        try:
+            async with asyncio.timeout(wait):
+                await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                # Handed a slot in the same instant the wait ended: pass it on.
+                self.release(key)
+            raise
+        finally:
+            if future in queue:
+                queue.remove(future)
+            if not queue:
+                self._waiters.pop(key, None)
+
+    def release(self, key: str) -> None:
+        for future in self._waiters.get(key, ()):
+            if not future.done():
+                # The slot moves straight to the next waiter; the count of holders is unchanged.
+                future.set_result(None)
+                return
+        held = self._held.get(key, 0) - 1
+        if held > 0:
+            self._held[key] = held
+        else:
+            self._held.pop(key, None)
+
+
 class Outbound:
     """One guarded client per process. Create it inside the running event loop."""
 
@@ -134,17 +195,59 @@ class Outbound:
         connect_timeout: float = CONNECT_TIMEOUT,
         total_timeout: float = TOTAL_TIMEOUT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        pool_limit: int = POOL_LIMIT,
+        limit_per_host: int = LIMIT_PER_HOST,
+        limit_per_owner: int = LIMIT_PER_OWNER,
     ) -> None:
         self.allow_http = allow_http
         self.allow_cidrs = list(allow_cidrs)
         self.max_response_bytes = max_response_bytes
-        self._timeout = aiohttp.ClientTimeout(total=total_timeout, sock_connect=connect_timeout)
+        self.connect_timeout = connect_timeout
+        self.pool_limit = pool_limit
+        self.limit_per_host = limit_per_host
+        # ``connect`` bounds the wait for a pool slot (the host's, or the whole pool's) together
+        # with making the connection, so waiting can never eat the total timeout and turn a dial
+        # that sent nothing into an "unknown" one.
+        self._timeout = aiohttp.ClientTimeout(
+            total=total_timeout, connect=connect_timeout, sock_connect=connect_timeout
+        )
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
+        self._owners = _Slots(limit_per_owner)
+
+    @asynccontextmanager
+    async def slot(self, owner: str) -> AsyncIterator[None]:
+        """Hold one of ``owner``'s in-flight dial slots for a dial (every request of one attempt).
+
+        Waiting is bounded by the connect budget; past it ``OutboundConnectError`` says nothing was
+        sent, so the caller may record ``failed``/``connect_failed`` and retry later. One owner's
+        flood therefore queues behind its own slots and never holds more than ``limit_per_owner``
+        of the pool that other owners need.
+        """
+        try:
+            await self._owners.acquire(owner, self.connect_timeout)
+        except TimeoutError:
+            raise OutboundConnectError(
+                f"every outbound slot of this owner stayed busy for {self.connect_timeout:g} s"
+            ) from None
+        try:
+            yield
+        finally:
+            self._owners.release(owner)
+
+    def owner_dials(self, owner: str) -> int:
+        """Dials of ``owner`` holding a slot right now (for tests and diagnostics)."""
+        return self._owners.in_use(owner)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = _GuardedConnector(self.allow_cidrs, ssl=self._ssl, limit=100, ttl_dns_cache=10)
+            connector = _GuardedConnector(
+                self.allow_cidrs,
+                ssl=self._ssl,
+                limit=self.pool_limit,
+                limit_per_host=self.limit_per_host,
+                ttl_dns_cache=10,
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=self._timeout,
@@ -219,6 +322,9 @@ def from_settings(settings: Settings, ssl_context: ssl.SSLContext | None = None)
         allow_http=settings.outbound_allow_http,
         allow_cidrs=settings.allow_cidrs,
         ssl_context=ssl_context,
+        connect_timeout=settings.outbound_connect_seconds,
+        limit_per_host=settings.outbound_limit_per_host,
+        limit_per_owner=settings.outbound_limit_per_owner,
     )
 
 

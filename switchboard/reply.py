@@ -100,6 +100,8 @@ class _Ready:
     secret: str
     address: Address
     text: str
+    # The owner scope whose in-flight dial slots this reply takes (outbound fairness).
+    owner_scope: str = ""
 
 
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
@@ -314,7 +316,16 @@ async def _prepare(
             updated_at=now,
         )
         s.add(row)
-        return _Ready(row.id, connection.id, connection.kind, connection.account_key, secret, address, body)
+        return _Ready(
+            row.id,
+            connection.id,
+            connection.kind,
+            connection.account_key,
+            secret,
+            address,
+            body,
+            row.owner_scope,
+        )
 
 
 async def _post_once(services: Services, post: ReplyPost) -> PostResult:
@@ -370,7 +381,13 @@ async def _dial_with(services: Services, ready: _Ready, http: outbound.Outbound)
     )
     attempt = 0
     while True:
-        result = await _post_once(services, post)
+        try:
+            # One of the owner's in-flight slots for this attempt, so one tenant's flood queues
+            # behind its own dials; a slot that never came means nothing was sent (retryable).
+            async with http.slot(ready.owner_scope):
+                result = await _post_once(services, post)
+        except outbound.OutboundError as exc:
+            result = outbound.result_of_error(exc)
         if result.error_class == "rate_limited":
             await _block(services, ready.connection_id, result.retry_after)
         if not result.retryable or result.state != "failed" or attempt >= MAX_RETRIES:

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     outbound_allow_http: bool = False
     # Kept as text so that a plain comma list works (pydantic-settings would want JSON for a list).
     outbound_allow_cidrs: str = ""
+    # Outbound fairness: connections per destination host, dials in flight per owner scope, and
+    # the seconds a dial may wait for a slot and connect before it ends failed (nothing sent).
+    outbound_limit_per_host: int = Field(20, ge=1, le=100)
+    outbound_limit_per_owner: int = Field(8, ge=1, le=100)
+    outbound_connect_seconds: float = Field(5.0, gt=0, le=60)
     reply_grace_seconds: int = Field(900, ge=0, le=7 * 24 * 3600)
     reply_todo_cap: int = Field(20, ge=1, le=10_000)
     # MCP sessions one process holds, per owner scope (the sum over its endpoints: a human or a
