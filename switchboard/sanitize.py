@@ -65,10 +65,55 @@ def delivery_key(key: str | None, body: bytes) -> str:
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers as stored on the event: signatures, credentials and cookies redacted."""
+    """The request headers as stored on the event: every name, but only the values of an allowlist
+    of transport and delivery-metadata headers; the rest (signatures, credentials, cookies and
+    anything unknown) are stored as ``[redacted]``."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         name = clean_line(name, 100)
-        value = "[redacted]" if _SECRET_HEADER.search(name) else clean_line(value, 1000)
-        out[name] = f"{out[name]}, {value}" if name in out and value != "[redacted]" else value
+        value = _kept_value(name, value)
+        out[name] = f"{out[name]}, {value}" if name in out and value != REDACTED else value
     return out
+# Headers whose values are stored (an allowlist: a sender's credential can hide under any name, e.g.
+# X-Webhook-Key, X-Access-Key, X-Shopify-Hmac-Sha256). Every other header keeps its name only.
+_KEPT_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "host",
+        "user-agent",
+        "traceparent",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+        "x-github-api-version",
+        "x-github-hook-installation-target-type",
+        "x-slack-retry-reason",
+        "webhook-id",
+        "webhook-timestamp",
+    }
+)
+# Metadata named by its last words, whatever the sender's prefix: X-GitHub-Event, X-Gitea-Delivery,
+# X-Cairn-Event-Id, Linear-Delivery, X-Shopify-Topic, X-Slack-Request-Timestamp, X-Request-Id, …
+_KEPT_SUFFIX = re.compile(
+    r"(?:^|-)(?:event|event-type|event-id|event-uuid|topic|delivery|delivery-id|hook-id|webhook-id|"
+    r"webhook-uuid|target-id|request-id|retry-num|timestamp|triggered-at|shop-domain|instance)$",
+    re.I,
+)
+# A kept value that still reads like a credential (an auth scheme and a token) is not kept.
+_CREDENTIAL_VALUE = re.compile(r"^\s*(?:bearer|basic|token|digest|hmac|sha\d+|v\d+)[\s=:]", re.I)
+REDACTED = "[redacted]"
+
+
+def _kept_value(name: str, value: str) -> str:
+    lower = name.lower()
+    if _SECRET_HEADER.search(lower) or not (lower in _KEPT_HEADERS or _KEPT_SUFFIX.search(lower)):
+        return REDACTED
+    kept = clean_line(value, 1000)
+    return REDACTED if _CREDENTIAL_VALUE.match(kept) else kept
+
+
