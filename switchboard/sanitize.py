@@ -64,16 +64,6 @@ def delivery_key(key: str | None, body: bytes) -> str:
     return "key-sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers as stored on the event: every name, but only the values of an allowlist
-    of transport and delivery-metadata headers; the rest (signatures, credentials, cookies and
-    anything unknown) are stored as ``[redacted]``."""
-    out: dict[str, str] = {}
-    for name, value in headers.items():
-        name = clean_line(name, 100)
-        value = _kept_value(name, value)
-        out[name] = f"{out[name]}, {value}" if name in out and value != REDACTED else value
-    return out
 # Headers whose values are stored (an allowlist: a sender's credential can hide under any name, e.g.
 # X-Webhook-Key, X-Access-Key, X-Shopify-Hmac-Sha256). Every other header keeps its name only.
 _KEPT_HEADERS = frozenset(
@@ -117,3 +107,13 @@ def _kept_value(name: str, value: str) -> str:
     return REDACTED if _CREDENTIAL_VALUE.match(kept) else kept
 
 
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers as stored on the event: every name, but only the values of an allowlist
+    of transport and delivery-metadata headers; the rest (signatures, credentials, cookies and
+    anything unknown) are stored as ``[redacted]``."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        name = clean_line(name, 100)
+        value = _kept_value(name, value)
+        out[name] = f"{out[name]}, {value}" if name in out and value != REDACTED else value
+    return out
