@@ -20,6 +20,11 @@ _SECRET_HEADER = re.compile(r"signature|authorization|cookie|token|secret|api-?k
 _PRINTABLE_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 # Lone surrogates (from JSON "\ud800" escapes or undecodable header bytes) cannot be encoded as UTF-8.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Payloads nested deeper than this are kept as text (``kept_as_text``). The MCP SDK refuses to
+# serialise results about 250 levels deep; no webhook sender's own format comes near this.
+MAX_PAYLOAD_DEPTH = 64
+TOO_DEEP = f"nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+NOT_FINITE = "holds NaN or Infinity, which standard JSON cannot carry"
 
 
 def clean_line(text: object, limit: int) -> str:
@@ -33,15 +38,28 @@ def clean_line(text: object, limit: int) -> str:
 
 
 def storable(payload: Any) -> Any:
-    """The payload with lone surrogates replaced, so it encodes as UTF-8 on both engines."""
+    """The payload as it is stored: lone surrogates replaced, so it encodes as UTF-8 on both
+    engines, and kept as text when too deep or not finite (``storable_encoded``)."""
     return storable_encoded(payload)[0]
 
 
 def storable_encoded(payload: Any) -> tuple[Any, bytes]:
     """``storable(payload)`` and its stored encoding (compact UTF-8 JSON, the bytes
     ``todos.encode_payload`` makes), from one JSON encoding in the usual case (no lone surrogates):
-    every todo of a delivery shares the bytes."""
-    text = _compact_json(payload)
+    every todo of a delivery shares the bytes.
+
+    A payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN/Infinity is kept whole as
+    text instead (``kept_as_text``): stored as a structure, it would be a todo that no agent can
+    receive (MCP cannot serialise it) or that the API would answer as non-standard JSON.
+    """
+    try:
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return _encoded(kept_as_text(payload, TOO_DEEP if _deeper(payload) else NOT_FINITE))
+    except RecursionError:
+        return _encoded(kept_as_text(payload, TOO_DEEP))
+    if _deeper(payload, text):
+        return _encoded(kept_as_text(payload, TOO_DEEP))
     if _SURROGATE.search(text) is None:
         return payload, text.encode()
     cleaned = json.loads(_SURROGATE.sub("\ufffd", text))
@@ -50,6 +68,40 @@ def storable_encoded(payload: Any) -> tuple[Any, bytes]:
 
 def _compact_json(payload: Any) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def _encoded(kept: dict[str, str]) -> tuple[dict[str, str], bytes]:
+    return kept, _compact_json(kept).encode()
+
+
+def kept_as_text(value: Any, reason: str) -> dict[str, str]:
+    """``{"body": <value as JSON text>, "kept_as_text": reason}``: a value that cannot travel as a
+    structure, whole as one string (the shape a generic delivery's non-JSON body takes). NaN and
+    Infinity stay in the text as their tokens; lone surrogates become U+FFFD."""
+    try:
+        text = _compact_json(value)
+    except (RecursionError, TypeError, ValueError):
+        # Not reached for parsed JSON (its parser has the same limit); the event keeps the raw body.
+        text = ""
+    return {"body": _SURROGATE.sub("\ufffd", text), "kept_as_text": reason}
+
+
+def _deeper(payload: Any, text: str | None = None, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """Whether arrays and objects nest more than ``limit`` deep. Counting brackets in the encoded
+    text bounds the depth from above (brackets inside strings only add), so most payloads need no
+    walk; the walk is iterative, since a recursive one could run out of stack on what it looks for."""
+    if not isinstance(payload, dict | list):
+        return False
+    if text is not None and text.count("[") + text.count("{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def delivery_key(key: str | None, body: bytes) -> str:

@@ -227,8 +227,23 @@ def _read_query(request: web.Request, params: tuple[Param, ...]) -> dict[str, An
 
 
 def dumps(data: Any) -> str:
-    """JSON as every API response is written: UTF-8 text, datetimes in RFC 3339."""
-    return json.dumps(data, default=_json_default, ensure_ascii=False)
+    """JSON as every API response is written: UTF-8 text, datetimes in RFC 3339, and standard JSON
+    only: a NaN or Infinity (in a todo stored before ingest kept such payloads as text, or in an
+    agent's result) is written as null, never as a bare ``NaN`` token most parsers refuse."""
+    try:
+        return json.dumps(data, default=_json_default, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(data), default=_json_default, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

@@ -20,6 +20,7 @@ from mcp.server.lowlevel.server import Server
 from switchboard import connections, tenancy, todos
 from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError
+from switchboard.mcp import wire
 from switchboard.mcp.doorbell import INSTRUCTIONS
 from switchboard.models import Endpoint
 from switchboard.reply import send_reply
@@ -399,6 +400,39 @@ def tool_result(result: dict[str, Any]) -> types.CallToolResult:
     )
 
 
+def _writable(result: dict[str, Any]) -> types.CallToolResult | None:
+    try:
+        answer = tool_result(result)
+    except (RecursionError, ValueError):
+        return None
+    return answer if wire.writable(answer) else None
+
+
+async def _deliverable(
+    services: Services, endpoint: Endpoint, name: str, result: dict[str, Any]
+) -> types.CallToolResult:
+    """``result`` as the SDK can write it (see ``wire``): as is, else with the todos' payload and
+    result as text; failing both, the tool error ``unserializable``, with every claim the result
+    carried released (the attempt not spent), so no todo stays claimed by an agent that never
+    heard of it."""
+    answer = _writable(result)
+    if answer is None:
+        log.warning("tool %s: the result cannot be serialised as is; sending todo data as text", name)
+        answer = _writable(wire.data_as_text(result))
+    if answer is not None:
+        return answer
+    released = []
+    for todo_id, lease_token in wire.claims_in(result):
+        try:
+            await todos.release(services.db, endpoint, todo_id, lease_token=lease_token)
+            released.append(todo_id)
+        except Exception:
+            log.exception("tool %s: could not release todo %s", name, todo_id)
+    log.error("tool %s: the result cannot be serialised; released %s", name, released or "nothing")
+    note = f"; {', '.join(released)} released (the attempt is not spent)" if released else ""
+    return tool_error("unserializable", f"the {name} result cannot be serialised{note}", released=released)
+
+
 def _endpoint_of(ctx: Any) -> Endpoint:
     request = getattr(ctx, "request", None)
     endpoint = request.scope.get(SCOPE_ENDPOINT) if request is not None else None
@@ -437,7 +471,7 @@ def build_server(services: Services) -> Server[Any]:
             return tool_error("internal", "internal error")
         if name in LIFECYCLE_VERBS:
             services.metrics.inc("switchboard_todo_transitions_total", verb=name)
-        return tool_result(result)
+        return await _deliverable(services, endpoint, name, result)
 
     return Server(
         "switchboard",
