@@ -73,6 +73,10 @@ class Human(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     token_display: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime]
+    # When the current token was issued by a rotation (None: it is still the one from ``human add``).
+    token_rotated_at: Mapped[datetime | None]
+    # Set by ``human revoke``: no token of this human is accepted until a rotation issues a new one.
+    revoked_at: Mapped[datetime | None]
 
 
 class Team(Base):
@@ -344,7 +348,15 @@ class WebSession(Base):
 
     __tablename__ = "web_sessions"
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    human_id: Mapped[str] = mapped_column(ForeignKey("humans.id", ondelete="CASCADE"))
+    # The session's public name on the account page and in the API (never the cookie or its hash).
+    ref: Mapped[str] = mapped_column(String(40), unique=True)
+    human_id: Mapped[str] = mapped_column(ForeignKey("humans.id", ondelete="CASCADE"), index=True)
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    # Refreshed at most every few minutes, so a page view is not a write.
+    last_seen_at: Mapped[datetime]
+    user_agent: Mapped[str | None] = mapped_column(String(200))
+    # A rotated token waiting for its one showing, sealed under a key derived from this session's
+    # cookie (which is not stored), so the database alone cannot open it; cleared when shown.
+    reveal: Mapped[bytes | None] = mapped_column(LargeBinary)

@@ -88,7 +88,10 @@ async def human_by_token(db: Database, token: str) -> Human | None:
     if not token.startswith("sbo_"):
         return None
     async with db.read() as s:
-        return await s.scalar(select(Human).where(Human.token_hash == token_hash(token)))
+        # A revoked human's hash is already one no token matches; the second condition says so twice.
+        return await s.scalar(
+            select(Human).where(Human.token_hash == token_hash(token), Human.revoked_at.is_(None))
+        )
 
 
 def human_view(human: Human) -> dict[str, Any]:
@@ -98,6 +101,10 @@ def human_view(human: Human) -> dict[str, Any]:
         "handle": human.handle,
         "email": human.email,
         "token_prefix": human.token_display,
+        # ``revoked``: no token of theirs is accepted until ``human rotate`` issues a new one.
+        "token_state": "revoked" if human.revoked_at is not None else "active",
+        "token_rotated_at": human.token_rotated_at,
+        "revoked_at": human.revoked_at,
         "created_at": human.created_at,
     }
 

@@ -7,7 +7,8 @@ Where things are:
 * ``html`` — the escaping rule (``h``/``Safe``), widgets and page skeletons;
 * ``session`` — login, the session cookie, CSRF, ``Viewer`` and ``authed``;
 * ``forms`` — reading forms, and ``shows_refusals``: how a refused POST comes back;
-* one module per page family: ``board``, ``endpoints``, ``webhooks``, ``connections``, ``teams``.
+* one module per page family: ``board``, ``endpoints``, ``webhooks``, ``connections``, ``teams``,
+  ``account`` (your token and web sessions).
 
 Every handler but login is wrapped by ``authed`` here, in the route table, so no page can forget
 its session or CSRF check. Pages are built by ``h()``, which HTML-escapes every interpolated value
@@ -28,7 +29,7 @@ from pathlib import Path
 from aiohttp import web
 
 from switchboard.db import is_unavailable
-from switchboard.web import board, connections, endpoints, session, teams, webhooks
+from switchboard.web import account, board, connections, endpoints, session, teams, webhooks
 from switchboard.web.forms import page_view
 from switchboard.web.html import error_page
 from switchboard.web.session import authed, load_viewer
@@ -91,6 +92,11 @@ def setup(app: web.Application) -> None:
     r.add_post("/ui/login", session.login)
     for method, path, handler in (
         ("POST", "/ui/logout", session.logout),
+        ("GET", "/ui/account", account.account_view),
+        ("POST", "/ui/account/rotate", account.rotate),
+        ("GET", "/ui/account/token", account.reveal),
+        ("POST", "/ui/account/sessions/end-others", account.end_other_sessions),
+        ("POST", "/ui/account/sessions/{ref}/end", account.end_session),
         ("GET", "/ui", board.board),
         ("GET", "/ui/todos/{todo_id}", board.todo_detail),
         ("GET", "/ui/endpoints", page_view(endpoints.endpoints_page)),

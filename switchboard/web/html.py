@@ -333,7 +333,8 @@ def layout(title: str, body: Safe, viewer: Viewer | None, *, active: str = "", f
         )
         nav = h(
             '<header class="top"><span class="brand">Switchboard</span>{links}'
-            '<span class="who">{handle}<form method="post" action="/ui/logout">{csrf}'
+            '<span class="who"><a href="/ui/account" title="Your account and sessions">{handle}</a>'
+            '<form method="post" action="/ui/logout">{csrf}'
             '<button type="submit">Log out</button></form></span></header>',
             links=links,
             handle=viewer.handle,

@@ -19,14 +19,14 @@ from functools import wraps
 from typing import TypeVar
 
 from aiohttp import web
-from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import tenancy
 from switchboard.db import is_unavailable, utcnow
 from switchboard.errors import SwitchboardError, not_found
-from switchboard.ids import new_token, token_hash
+from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner, scope_filter
@@ -36,6 +36,9 @@ from switchboard.web.html import error_page, h, notice_of, page, secret_field
 log = logging.getLogger("switchboard.web")
 
 SESSION_TTL = timedelta(hours=12)
+# "Last seen" on the account page is this fresh: refreshing it on every page view would be a write each.
+LAST_SEEN_EVERY = timedelta(minutes=5)
+USER_AGENT_MAX = 200
 LOGIN_COOKIE = "sb_login"
 
 # Rows that belong to an endpoint, and so to its owner scope.
@@ -162,9 +165,17 @@ async def load_viewer(request: web.Request) -> Viewer | None:
         if row is None:
             return None
         session, human = row
-        if session.expires_at <= utcnow():
+        now = utcnow()
+        # Revoking ends the human's sessions; refusing a revoked human here too costs nothing.
+        if session.expires_at <= now or human.revoked_at is not None:
             return None
-        return Viewer(human.id, human.handle, session.id_hash, session.csrf_token, await _scopes(s, human))
+        viewer = Viewer(human.id, human.handle, session.id_hash, session.csrf_token, await _scopes(s, human))
+    if now - session.last_seen_at >= LAST_SEEN_EVERY:
+        async with services.db.write() as s:
+            await s.execute(
+                update(WebSession).where(WebSession.id_hash == session.id_hash).values(last_seen_at=now)
+            )
+    return viewer
 
 
 async def purge_expired_sessions(services: Services) -> None:
@@ -266,6 +277,12 @@ def _login_response(
     return response
 
 
+def _user_agent(request: web.Request) -> str | None:
+    """The browser's own description, for the session list: printable characters only, cut short."""
+    text = "".join(c for c in request.headers.get("User-Agent", "") if c.isprintable())
+    return text.strip()[:USER_AGENT_MAX] or None
+
+
 async def login_form(request: web.Request) -> web.StreamResponse:
     if await load_viewer(request) is not None:
         raise web.HTTPSeeOther("/ui")
@@ -291,13 +308,25 @@ async def login(request: web.Request) -> web.StreamResponse:
     raw = new_token("sbw")
     now = utcnow()
     async with services.db.write() as s:
+        # Again under the human's row lock: a rotation or revocation that committed since the read
+        # above has ended every session, and must not be outlived by one opened with the old token.
+        still = await s.scalar(
+            select(Human.id)
+            .where(Human.id == human.id, Human.token_hash == token_hash(token), Human.revoked_at.is_(None))
+            .with_for_update()
+        )
+        if still is None:
+            return _login_response(request, error="That token is not valid.", status=401)
         s.add(
             WebSession(
                 id_hash=token_hash(raw),
+                ref=new_id("ws"),
                 human_id=human.id,
                 csrf_token=secrets.token_urlsafe(32),
                 created_at=now,
                 expires_at=now + SESSION_TTL,
+                last_seen_at=now,
+                user_agent=_user_agent(request),
             )
         )
     log.info("web login: human %s", human.handle)
