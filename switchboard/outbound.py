@@ -39,7 +39,7 @@ from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import ResolveResult
 
 from switchboard.db import utcnow
-from switchboard.provider import ErrorClass, PostResult, PostState
+from switchboard.provider import ErrorClass, PostResult, PostState, valid_host
 
 # Providers annotate with ``outbound.Response``; it is plain data, so it lives with the other values.
 from switchboard.provider import Response as Response
@@ -434,8 +434,6 @@ def result_of_error(exc: OutboundError) -> PostResult:
 
 def normalize_host(value: str) -> str:
     """A forge host (``github.com``, ``ghe.example.com:8443``); an https URL is accepted for it."""
-    from switchboard.provider import valid_host
-
     text = value.strip()
     if "://" in text:
         if not text.lower().startswith("https://"):
@@ -455,8 +453,6 @@ def _without_default_port(host: str) -> str:
 def normalize_https_base(value: str) -> str:
     """An https base URL (``https://git.example.com`` or ``https://example.com/gitea``), no slash at
     the end, lower-case host, no user info, query or fragment."""
-    from switchboard.provider import valid_host
-
     text = value.strip()
     if not text.lower().startswith("https://"):
         raise ValueError("must be an https:// base URL")
