@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 
+import click
 from aiohttp import web
+from sqlalchemy.engine import make_url
 
 from switchboard import db
 from switchboard.cli.group import main
@@ -15,7 +18,37 @@ from switchboard.services import build_services
 from switchboard.vault import generate_key
 
 
-def _upgrade(database_url: str) -> None:
+def private_sqlite_file(database_url: str) -> str | None:
+    """Create a SQLite database file that does not exist yet readable by its owner only (0600)
+    before SQLite creates it with the process umask (0644 as a rule): it holds every payload and the
+    secrets' envelopes. SQLite gives the -wal and -shm files it makes later the mode of the
+    database file. Returns a warning when an existing file is readable by other users (its mode is
+    the operator's to change); None otherwise. PostgreSQL, in-memory and URI databases are left be.
+    """
+    url = make_url(database_url)
+    path = url.database
+    if url.get_backend_name() != "sqlite" or not path or path == ":memory:" or url.query.get("uri"):
+        return None
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            return (
+                f"warning: the SQLite database {path} is readable by other users (mode {mode:o}); "
+                f"`chmod 600 {path}*` makes it private"
+            )
+    except OSError:
+        pass  # a missing folder or no permission: SQLite's own error says it when it opens the file
+    return None
+
+
+def _upgrade(database_url: str, *, logged: bool = False) -> None:
+    warning = private_sqlite_file(database_url)
+    if warning is not None and logged:
+        logging.getLogger("switchboard").warning("%s", warning.removeprefix("warning: "))
+    elif warning is not None:
+        click.echo(warning, err=True)
     try:
         db.upgrade(database_url)
     except Exception as exc:
@@ -32,7 +65,7 @@ def serve(as_json: bool) -> None:
 
     settings = settings_or_exit()
     configure_logging(settings.log_level_number, as_json)
-    _upgrade(settings.database_url)
+    _upgrade(settings.database_url, logged=True)
     services = build_services(settings)
     logging.getLogger("switchboard").info(
         "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
