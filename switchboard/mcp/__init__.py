@@ -3,7 +3,9 @@ and the doorbell that pushes a hint into a live session when work lands ("The do
 
 * ``tools``: one tool per granted verb (schema, validation, handler) and the SDK server.
 * ``bridge``: aiohttp <-> ASGI, how a request reaches the SDK's transport.
-* ``sessions``: the route, authentication, stateful sessions, their limits and the revocation pass.
+* ``sessions``: the route, authentication, stateful sessions, their limits (per endpoint, per owner
+  scope, per process) and the revocation pass.
+* ``wire``: whether a tool result can be serialised, and its todo data as text when it cannot.
 * ``doorbell``: rings, unicast across sessions and processes.
 
 ``app.py`` calls ``setup(app, services)`` and schedules the doorbell sweep and the revocation pass
