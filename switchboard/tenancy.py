@@ -5,7 +5,8 @@ refused request leaves nothing half-written. The CLI, the operator API and the w
 these; none of them writes these tables directly.
 
 Humans, teams and owner scopes live in ``switchboard.owners``; this module re-exports them, so
-``tenancy.add_human``, ``tenancy.Owner`` and the rest keep working.
+``tenancy.add_human``, ``tenancy.Owner`` and the rest keep working. Likewise ``remove_route`` from
+``switchboard.routes`` (routes seen from both ends).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from switchboard.owners import (
     set_member,
 )
 from switchboard.plugins import Providers, UnknownKind
+from switchboard.routes import remove_route
 from switchboard.vault import Vault, binding
 
 # Every public name, this module's and the ones re-exported from ``owners`` (``tenancy.X`` works for
@@ -517,17 +519,8 @@ async def add_route(
     return route
 
 
-async def remove_route(db: Database, webhook_id: str, endpoint_slug: str) -> None:
-    async with db.write() as s:
-        await _webhook(s, webhook_id)
-        route = await s.scalar(
-            select(Route)
-            .join(Endpoint, Route.endpoint_id == Endpoint.id)
-            .where(Route.webhook_id == webhook_id, Endpoint.slug == endpoint_slug)
-        )
-        if route is None:
-            raise not_found(f"route to {endpoint_slug!r} on webhook {webhook_id!r}")
-        await s.delete(route)
+# ``remove_route`` (re-exported above) is in ``switchboard.routes``, with removal by route id: either
+# side of a route may withdraw it.
 
 
 # Shown when an endpoint is vended with the ``connections`` verb family.

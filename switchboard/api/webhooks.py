@@ -3,7 +3,8 @@
 A webhook belongs to its endpoint's scope. The ingest URL, and the signing secret for the kinds
 Switchboard mints, are in the create/rotate response only; provider-issued secrets (slack, stripe)
 are set with ``PUT /webhooks/{id}/secret`` and never shown. A route into another scope needs the
-consent of that scope's administrators; either side may withdraw it.
+consent of that scope's administrators; either side may withdraw it: the target side by the
+route's id (``/routes``), learning nothing about the webhook's side.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from switchboard import tenancy
+from switchboard import routes, tenancy
 from switchboard.api.endpoints import visible_endpoint
 from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request
-from switchboard.errors import SwitchboardError, not_found
+from switchboard.errors import not_found
 from switchboard.models import Endpoint, Webhook
 from switchboard.tenancy import Owner
 
@@ -120,14 +121,35 @@ async def add_route(req: Request) -> tuple[int, dict[str, Any]]:
     }
 
 
+async def _removed(req: Request, row: routes.RouteRow) -> tuple[int, dict[str, Any]]:
+    """The answer to a removal: the route, and the webhook as it is now only for a caller who can
+    see the webhook (the target side learns nothing of the other side)."""
+    shows = req.caller.sees(Owner.of(row.source))
+    out: dict[str, Any] = {"route": routes.route_view(row, show_source=shows), "removed": True}
+    if shows:
+        out["webhook"] = await _webhook_view(req, row.webhook.id, row.source)
+    return 200, out
+
+
 async def remove_route(req: Request) -> tuple[int, dict[str, Any]]:
-    webhook, endpoint = await _webhook(req, req.path["id"])
-    target = await visible_endpoint(req, req.path["endpoint"])
     # Either side may withdraw: the webhook's administrators, or the target scope's (its consent).
-    if not (req.caller.manages(Owner.of(endpoint)) or req.caller.manages(Owner.of(target))):
-        raise SwitchboardError("forbidden", "only administrators of either scope may remove a route")
-    await tenancy.remove_route(req.services.db, webhook.id, target.slug)
-    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+    row = await routes.remove_route(
+        req.services.db, req.path["id"], req.path["endpoint"], human_id=req.caller.human.id
+    )
+    return await _removed(req, row)
+
+
+async def remove_route_by_id(req: Request) -> tuple[int, dict[str, Any]]:
+    row = await routes.remove_route_by_id(req.services.db, req.path["id"], human_id=req.caller.human.id)
+    return await _removed(req, row)
+
+
+async def list_routes(req: Request) -> tuple[int, dict[str, Any]]:
+    """Routes into the caller's endpoints; the webhook's side only where the caller can see it."""
+    rows = await routes.list_routes(req.services.db, into=req.caller.read_scopes(req.query.get("team")))
+    return 200, {
+        "routes": [routes.route_view(r, show_source=req.caller.sees(Owner.of(r.source))) for r in rows]
+    }
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -219,10 +241,33 @@ OPERATIONS: tuple[Operation, ...] = (
         "DELETE",
         "/webhooks/{id}/routes/{endpoint}",
         "removeWebhookRoute",
-        "Stop fanning out to an endpoint (administrators of either scope).",
+        "Stop fanning out to an endpoint (administrators of either scope). The webhook as it is now "
+        "is in the answer only for a caller who can see it.",
         "webhooks",
         remove_route,
-        "WebhookEnvelope",
+        "RouteRemoved",
+        errors=(400, 401, 403, 404),
+    ),
+    Operation(
+        "GET",
+        "/routes",
+        "listRoutes",
+        "Routes into the caller's endpoints. A route from a webhook the caller cannot see names "
+        "nothing of that side (`webhook` is null).",
+        "webhooks",
+        list_routes,
+        "RouteList",
+        query=(TEAM_QUERY,),
+    ),
+    Operation(
+        "DELETE",
+        "/routes/{id}",
+        "removeRoute",
+        "Remove a route by its id: administrators of either end (the target side withdraws its "
+        "consent this way, without learning anything about the webhook's side).",
+        "webhooks",
+        remove_route_by_id,
+        "RouteRemoved",
         errors=(400, 401, 403, 404),
     ),
 )
@@ -258,6 +303,30 @@ SCHEMAS: dict[str, Any] = {
     "RotatedWebhook": obj(
         {"webhook": ref("Webhook"), "secret": {"type": "string", "description": "Shown only here."}},
         ["webhook", "secret"],
+    ),
+    "Route": obj(
+        {
+            "id": {"type": "string"},
+            "endpoint": {"type": "string", "description": "The target endpoint."},
+            "queue": {"type": "string", "description": "The queue its todos arrive in."},
+            "created_at": TIMESTAMP,
+            "webhook": {
+                "type": ["string", "null"],
+                "description": "The webhook's id; null when the caller cannot see the webhook's scope.",
+            },
+            "source": {"type": "string", "description": "Only when the webhook is visible."},
+            "webhook_endpoint": {"type": "string", "description": "Only when the webhook is visible."},
+        },
+        ["id", "endpoint", "queue", "created_at", "webhook"],
+    ),
+    "RouteList": list_of("routes", "Route"),
+    "RouteRemoved": obj(
+        {
+            "route": ref("Route"),
+            "removed": {"type": "boolean"},
+            "webhook": {**ref("Webhook"), "description": "Only when the caller can see the webhook."},
+        },
+        ["route", "removed"],
     ),
     "RouteEnvelope": obj(
         {

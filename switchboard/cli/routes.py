@@ -1,11 +1,14 @@
-"""``switchboard webhook route``: fan a webhook's deliveries out to more endpoints."""
+"""``switchboard webhook route``: fan a webhook's deliveries out to more endpoints; list routes with their
+ids and remove one by its id (the operator sees and may change both ends of every route)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from switchboard import tenancy
-from switchboard.cli.output import emit, json_option
+from switchboard import routes, tenancy
+from switchboard.cli.output import emit, json_option, table, when
 from switchboard.cli.runner import do
 from switchboard.cli.webhooks import webhook_group
 from switchboard.services import Services
@@ -37,20 +40,64 @@ def webhook_route_add(webhook_id: str, endpoint_slug: str, as_json: bool) -> Non
 
 
 @webhook_route_group.command("remove")
-@click.argument("webhook_id")
+@click.argument("webhook_id", required=False)
+@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="The target endpoint to remove.")
 @click.option(
-    "--endpoint", "endpoint_slug", metavar="SLUG", required=True, help="The target endpoint to remove."
+    "--route", "route_id", metavar="ROUTE_ID", help="Name the route by its id instead (`webhook route list`)."
 )
 @json_option
-def webhook_route_remove(webhook_id: str, endpoint_slug: str, as_json: bool) -> None:
-    """Stop routing WEBHOOK_ID's deliveries to an endpoint."""
+def webhook_route_remove(
+    webhook_id: str | None, endpoint_slug: str | None, route_id: str | None, as_json: bool
+) -> None:
+    """Stop routing WEBHOOK_ID's deliveries to an endpoint: `WEBHOOK_ID --endpoint SLUG`, or
+    `--route ROUTE_ID` alone."""
+    if route_id is not None and (webhook_id is not None or endpoint_slug is not None):
+        raise click.UsageError("give either --route ROUTE_ID or WEBHOOK_ID --endpoint SLUG, not both")
+    if route_id is None and (webhook_id is None or endpoint_slug is None):
+        raise click.UsageError("name the route: WEBHOOK_ID --endpoint SLUG, or --route ROUTE_ID")
 
-    async def go(services: Services) -> None:
-        await tenancy.remove_route(services.db, webhook_id, endpoint_slug)
+    async def go(services: Services) -> routes.RouteRow:
+        if route_id is not None:
+            return await routes.remove_route_by_id(services.db, route_id)
+        return await routes.remove_route(services.db, webhook_id or "", endpoint_slug or "")
 
-    do(go)
+    row = do(go)
     emit(
         as_json,
-        {"route": {"webhook": webhook_id, "endpoint": endpoint_slug}, "removed": True},
-        f"webhook {webhook_id} no longer delivers to {endpoint_slug}",
+        {
+            "route": {"id": row.route.id, "webhook": row.webhook.id, "endpoint": row.target.slug},
+            "removed": True,
+        },
+        f"webhook {row.webhook.id} no longer delivers to {row.target.slug}",
+    )
+
+
+@webhook_route_group.command("list")
+@click.option("--webhook", "webhook_id", metavar="ID", help="Only this webhook's routes.")
+@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only routes into this endpoint.")
+@json_option
+def webhook_route_list(webhook_id: str | None, endpoint_slug: str | None, as_json: bool) -> None:
+    """List routes with their ids, oldest first (every scope: the operator sees both ends)."""
+
+    async def go(services: Services) -> list[dict[str, Any]]:
+        rows = await routes.list_routes(services.db, webhook_id=webhook_id, endpoint_slug=endpoint_slug)
+        return [routes.route_view(row, show_source=True) for row in rows]
+
+    views = do(go)
+    emit(
+        as_json,
+        {"routes": views},
+        lambda: table(
+            [
+                [
+                    v["id"],
+                    v["webhook"],
+                    f"{v['webhook_endpoint']} -> {v['endpoint']}",
+                    v["queue"],
+                    when(v["created_at"]),
+                ]
+                for v in views
+            ],
+            "no routes",
+        ),
     )

@@ -29,7 +29,7 @@ from pathlib import Path
 from aiohttp import web
 
 from switchboard.db import is_unavailable
-from switchboard.web import account, board, connections, endpoints, session, teams, webhooks
+from switchboard.web import account, board, connections, endpoints, routes, session, teams, webhooks
 from switchboard.web.forms import page_view
 from switchboard.web.html import error_page
 from switchboard.web.session import authed, load_viewer
@@ -109,6 +109,7 @@ def setup(app: web.Application) -> None:
         ("POST", "/ui/webhooks/{webhook_id}/delete", webhooks.webhook_delete),
         ("POST", "/ui/webhooks/{webhook_id}/routes", webhooks.route_add),
         ("POST", "/ui/webhooks/{webhook_id}/routes/remove", webhooks.route_remove),
+        ("POST", "/ui/routes/{route_id}/remove", routes.withdraw),
         ("GET", "/ui/connections", page_view(connections.connections_page)),
         ("POST", "/ui/connections", connections.connection_create),
         ("POST", "/ui/connections/{connection_id}/rotate", connections.connection_rotate),

@@ -41,6 +41,7 @@ from switchboard.web.html import (
     section,
     table,
 )
+from switchboard.web.routes import incoming_section
 from switchboard.web.session import Viewer
 
 log = logging.getLogger("switchboard.web")
@@ -184,6 +185,7 @@ async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefus
                 ),
             )
         )
+    sections.append(await incoming_section(request, viewer))
     return listing_page(
         request,
         viewer,
