@@ -46,10 +46,19 @@ def _todo_views(result: dict[str, Any]) -> list[dict[str, Any]]:
     return views
 
 
+def _sendable(view: dict[str, Any]) -> bool:
+    # Checked where a view sits deepest in any result (an item of a batch's "todos"), so one that
+    # passes here passes wherever it is.
+    return writable(types.CallToolResult(content=[], structured_content={"todos": [view]}))
+
+
 def data_as_text(result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with each carried todo's payload and result sent as text, everything else as is."""
+    """``result`` with the payload and result of each carried todo that cannot be sent as they are
+    sent as text instead; the other todos of a batch, and everything else, as is."""
 
     def fix(view: dict[str, Any]) -> dict[str, Any]:
+        if _sendable(view):
+            return view
         sent = {k: kept_as_text(view[k], UNSENDABLE) for k in _DATA_KEYS if view.get(k) is not None}
         return {**view, **sent}
 
