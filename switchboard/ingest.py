@@ -5,6 +5,11 @@ targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing)
 and deduplication, housekeeping, echo suppression, the reply address (verified deliveries only),
 then one transaction for the event and every fan-out todo, and only after it commits the 202 and
 the doorbell. The source kind is whatever a provider registered: nothing here names one.
+
+Everything up to the rows is done here, per request, with no write; the rows go to the process's
+group-commit writer (``ingest_writer``), which stores the deliveries that accumulated while its
+previous commit ran in one transaction, finds duplicates by the unique keys as it inserts, and
+hands back a delivery whose webhook changed meanwhile to be decided again.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,17 +27,19 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from sqlalchemy import delete, exists, or_, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import is_unavailable, utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
-from switchboard.models import Endpoint, Event, Route, Todo, Webhook
+from switchboard.ingest_admission import RateLimiter
+from switchboard.ingest_config import Target, WebhookConfig, config_by_token_hash
+from switchboard.ingest_writer import IngestWriter, Result, Rows
+from switchboard.models import Endpoint, Event, Todo
 from switchboard.provider import Address, Delivery, EchoClues, SourceKind, Verdict
 from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
-from switchboard.tenancy import endpoint_is_live, webhook_secret
+from switchboard.tenancy import webhook_secret
 from switchboard.todos import new_todo_row
 from switchboard.vault import VaultError
 
@@ -39,46 +47,6 @@ log = logging.getLogger("switchboard.ingest")
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 BODY_READ_SECONDS = 30.0
-
-
-class RateLimiter:
-    """A token bucket per client IP, in memory (per process). Generous by default: it is there to
-    stop one sender from flooding the database, not to shape normal traffic."""
-
-    def __init__(self, rate: float = 50.0, burst: float = 500.0, max_clients: int = 50_000) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.max_clients = max_clients
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def configure(self, *, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self._buckets.clear()
-
-    def take(self, client: str) -> float:
-        """Spend one token; 0 when allowed, else the seconds until a token is available."""
-        now = time.monotonic()
-        tokens, last = self._buckets.get(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if len(self._buckets) >= self.max_clients and client not in self._buckets:
-            self._prune(now)
-        if tokens >= 1:
-            self._buckets[client] = (tokens - 1, now)
-            return 0.0
-        self._buckets[client] = (tokens, now)
-        return (1 - tokens) / self.rate if self.rate > 0 else 3600.0
-
-    def _prune(self, now: float) -> None:
-        # A bucket that has refilled completely carries no state worth keeping.
-        full_after = self.burst / self.rate if self.rate > 0 else math.inf
-        for client, (_, last) in list(self._buckets.items()):
-            if now - last >= full_after:
-                del self._buckets[client]
-        if len(self._buckets) >= self.max_clients:
-            # Still full (an address spray): forget the stalest half rather than grow without bound.
-            stale = sorted(self._buckets.items(), key=lambda item: item[1][1])
-            for client, _ in stale[: len(stale) // 2]:
-                del self._buckets[client]
 
 
 INGEST_LIMITER = web.AppKey("ingest_limiter", RateLimiter)
@@ -111,17 +79,29 @@ class Refusal(Exception):
 
 
 @dataclass(frozen=True)
-class Target:
-    endpoint_id: str
-    slug: str
-    owner_scope: str
-
-
-@dataclass(frozen=True)
 class Outcome:
     response: web.Response
     # routed | self_reply | duplicate | ignored, or "handshake" for an answered url_verification.
     disposition: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A delivery decided (steps 2-6) and its rows (step 7), ready for the writer."""
+
+    rows: Rows
+    targets: list[Target]
+    verified: bool
+    disposition: str
+    key: str
+    secondary: str | None
+
+
+# Deliveries decided again because their webhook changed before they could be stored; one more
+# than that answers 503 (the sender retries).
+DECIDE_ATTEMPTS = 3
+
+INGEST_WRITER = web.AppKey("ingest_writer", IngestWriter)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,63 +150,42 @@ async def _read_body(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
-async def _routed(s: AsyncSession, webhook: Webhook) -> list[Endpoint]:
-    """The endpoints of the webhook's routes, in the order the routes were added."""
-    return list(
-        (
-            await s.scalars(
-                select(Endpoint)
-                .join(Route, Route.endpoint_id == Endpoint.id)
-                .where(Route.webhook_id == webhook.id)
-                .order_by(Route.created_at, Route.id)
-            )
-        ).all()
-    )
-
-
-def _targets(webhook: Webhook, owner: Endpoint | None, routed: list[Endpoint]) -> list[Target]:
-    """The owner endpoint first, then the routes in the order they were added; live ones only."""
-    now = utcnow()
-    return [
-        Target(e.id, e.slug, e.owner_human_id or e.owner_team_id or "")
-        for e in ([owner] if owner is not None else []) + routed
-        if endpoint_is_live(e, now) and webhook.queue in e.queues
-    ]
-
-
-async def _original(s: AsyncSession, webhook: Webhook, key: str, secondary: str | None) -> Event | None:
+async def _original(s: AsyncSession, webhook_id: str, key: str, secondary: str | None) -> Event | None:
     match = Event.delivery_key == key
     if secondary is not None:
         match = or_(match, Event.secondary_key == secondary)
     return await s.scalar(
-        select(Event).where(Event.webhook_id == webhook.id, match).order_by(Event.received_at).limit(1)
+        select(Event).where(Event.webhook_id == webhook_id, match).order_by(Event.received_at).limit(1)
     )
 
 
-async def _duplicate(services: Services, webhook: Webhook, event: Event, verified: bool) -> web.Response:
-    """202 with the original delivery's todos and ``created: 0``."""
+async def _duplicate(services: Services, config: WebhookConfig, decision: Decision) -> Outcome:
+    """202 with the original delivery's todos and ``created: 0``: the delivery hit a unique key of
+    one stored before it (earlier, by another copy in the same batch, or by another process)."""
+    webhook = config.webhook
     async with services.db.read() as s:
+        original = await _original(s, webhook.id, decision.key, decision.secondary)
+        if original is None:
+            # The original went between the conflict and this read (retention, a deleted webhook).
+            log.warning("webhook %s changed while a delivery was being stored", webhook.id)
+            raise Refusal(503, "unavailable", "the webhook changed while storing; retry")
         rows = (
             await s.execute(
                 select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
                 .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-                .where(Todo.event_id == event.id)
+                .where(Todo.event_id == original.id)
             )
         ).all()
-        route_order = (
-            await s.scalars(
-                select(Route.endpoint_id).where(Route.webhook_id == webhook.id).order_by(Route.created_at)
-            )
-        ).all()
-    rank = {webhook.endpoint_id: -1, **{eid: i for i, eid in enumerate(route_order)}}
+    rank = {webhook.endpoint_id: -1, **{e.id: i for i, e in enumerate(config.routed)}}
     rows = sorted(rows, key=lambda r: (rank.get(r.endpoint_id, len(rank)), r.id))
-    return _accepted(
+    response = _accepted(
         [{"id": r.id, "endpoint": r.slug, "queue": r.queue, "created": False} for r in rows],
         created=0,
-        verified=verified,
-        trust_mode=event.trust_mode,
+        verified=decision.verified,
+        trust_mode=original.trust_mode,
         disposition="duplicate",
     )
+    return Outcome(response, "duplicate")
 
 
 def _accepted(
@@ -255,58 +214,91 @@ async def _ingest(
     received_at = utcnow()
     token = _ingest_token(request)
 
-    # 2.-4. run in one read transaction: the webhook with its owner endpoint (one statement), the
-    # routes, then (after verify) the deduplication check. A copy that commits after that check is
-    # still caught by the unique keys when storing, and answered as the duplicate it is.
-    async with services.db.read() as s:
-        # 2. The webhook, its provider, its live targets and its signing secret.
-        webhook, owner = await _lookup(s, token)
-        source = seen["source"] = webhook.source
-        kind = _source_kind(services, webhook)
-        targets = await _live_targets(s, webhook, owner)
-        verified, secret = _signing_secret(services, webhook, kind)
+    for _ in range(DECIDE_ATTEMPTS):
+        # 2. The webhook, its owner endpoint and its routes.
+        config = await _lookup(services, token)
+        seen["source"] = config.webhook.source
+        # 3.-7. Verify, keys, disposition, address and the rows; a handshake is answered at once.
+        decided = await _decide(request, services, config, body, received_at)
+        if isinstance(decided, Outcome):
+            return decided
+        # 7. The group-commit writer stores the event and its todos in one transaction (with other
+        # deliveries) and rings the doorbell after the commit (step 8).
+        result = await request.app[INGEST_WRITER].submit(decided.rows)
+        if result.status != "stale":
+            return await _answer(services, config, decided, result)
+        # The webhook changed (a route, a revocation, a new secret) after this delivery was decided:
+        # nothing was stored; decide it again on the webhook as it is now.
+    log.warning("ingest: webhook kept changing while a delivery was stored; answered 503")
+    raise Refusal(503, "unavailable", "the webhook changed while storing; retry")
 
-        # 3. Verify over the raw bytes; a handshake is answered at once and stores nothing.
-        delivery = Delivery(
-            source=source, headers=request.headers, body=body, received_at=received_at, secret=secret
-        )
-        verdict = _verify(services, webhook, delivery, request.remote)
-        if verdict.respond is not None:
-            return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
-        # 4. Delivery key and deduplication.
-        key, secondary = _delivery_keys(verdict, body)
-        original = await _original(s, webhook, key, secondary)
-    if original is not None:
-        return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
+async def _decide(
+    request: web.Request, services: Services, config: WebhookConfig, body: bytes, received_at: datetime
+) -> Decision | Outcome:
+    """Steps 2-7 for one configuration of the webhook: every step but storing."""
+    webhook = config.webhook
+    # 2. Its provider, its live targets and its signing secret.
+    kind = _source_kind(services, config)
+    targets = _live_targets(config)
+    verified, secret = _signing_secret(services, config, kind)
+
+    # 3. Verify over the raw bytes; a handshake is answered at once and stores nothing.
+    delivery = Delivery(
+        source=webhook.source, headers=request.headers, body=body, received_at=received_at, secret=secret
+    )
+    verdict = _verify(services, config, delivery, request.remote)
+    if verdict.respond is not None:
+        return Outcome(web.json_response(verdict.respond, status=200), "handshake")
+
+    # 4. The delivery keys (a delivery already stored is found by them when storing).
+    key, secondary = _delivery_keys(verdict, body)
 
     # 5./6. Housekeeping, echo suppression and the reply address.
     disposition, address = await _disposition(services, delivery, verdict, verified, targets)
 
-    # 7. One transaction: the event and one todo per target.
-    event = _event_row(webhook, delivery, verdict, key, secondary, verified, disposition)
-    todos = _todo_rows(webhook, event, verdict, address, targets) if disposition == "routed" else []
-    try:
-        await _store(services, event, [todo for _, todo in todos])
-    except IntegrityError:
-        # Another copy of this delivery committed first (unique keys): answer as its duplicate.
-        return await _raced(services, webhook, key, secondary, verified)
+    # 7. The event and one todo per target.
+    event = _event_row(config, delivery, verdict, key, secondary, verified, disposition)
+    todos = _todo_rows(config, event, verdict, address, targets) if disposition == "routed" else []
+    rows = Rows(
+        config=config,
+        target_ids=tuple(t.endpoint_id for t in targets),
+        event=event,
+        todos=todos,
+        source=webhook.source,
+    )
+    return Decision(rows, targets, verified, disposition, key, secondary)
 
-    # 8. Acknowledge (the data is committed) and ring the doorbell.
-    await _ring(services, source, [todo.id for _, todo in todos])
+
+async def _answer(services: Services, config: WebhookConfig, decision: Decision, result: Result) -> Outcome:
+    """Step 8: the answer once the writer has committed (or could not)."""
+    webhook = config.webhook
+    if result.status == "duplicate":
+        return await _duplicate(services, config, decision)
+    if result.status == "unavailable":
+        error = result.error or RuntimeError("unavailable")
+        log.warning("ingest: database unavailable (%s); answered 503", type(error).__name__)
+        raise Refusal(503, "unavailable", "the database is unavailable; retry later")
+    if result.status != "stored":
+        raise Refusal(503, "unavailable", "the delivery could not be stored; retry later")
+    disposition = decision.disposition
     log.info(
         "ingest webhook=%s source=%s event=%s disposition=%s todos=%d",
         webhook.id,
-        source,
-        event.event_type,
+        webhook.source,
+        decision.rows.event["event_type"],
         disposition,
-        len(todos),
+        len(decision.rows.todos),
     )
+    todos = [
+        {"id": todo["id"], "endpoint": target.slug, "queue": todo["queue"], "created": True}
+        for target, todo in zip(decision.targets, decision.rows.todos, strict=False)
+    ]
     return Outcome(
         _accepted(
-            [{"id": t.id, "endpoint": tg.slug, "queue": t.queue, "created": True} for tg, t in todos],
+            todos,
             created=len(todos),
-            verified=verified,
+            verified=decision.verified,
             trust_mode=webhook.trust_mode,
             disposition=disposition,
         ),
@@ -340,23 +332,18 @@ def _ingest_token(request: web.Request) -> str:
     return token
 
 
-async def _lookup(s: AsyncSession, token: str) -> tuple[Webhook, Endpoint | None]:
-    """Step 2: the webhook the token names, with its owner endpoint, in one statement."""
-    found = (
-        await s.execute(
-            select(Webhook, Endpoint)
-            .outerjoin(Endpoint, Endpoint.id == Webhook.endpoint_id)
-            .where(Webhook.ingest_token_hash == token_hash(token))
-        )
-    ).first()
-    if found is None:
+async def _lookup(services: Services, token: str) -> WebhookConfig:
+    """Step 2: the webhook the token names, with its owner endpoint and its routes."""
+    async with services.db.read() as s:
+        config = await config_by_token_hash(s, token_hash(token))
+    if config is None:
         raise Refusal(404, "not_found", "no such webhook")
-    webhook, owner = found
-    return webhook, owner
+    return config
 
 
-def _source_kind(services: Services, webhook: Webhook) -> SourceKind:
+def _source_kind(services: Services, config: WebhookConfig) -> SourceKind:
     """Step 2: the installed provider of the webhook's source kind, and a secret it can check."""
+    webhook = config.webhook
     kind = services.providers.sources.get(webhook.source)
     if kind is None:
         log.error("webhook %s: no installed provider handles source kind %r", webhook.id, webhook.source)
@@ -370,17 +357,18 @@ def _source_kind(services: Services, webhook: Webhook) -> SourceKind:
     return kind
 
 
-async def _live_targets(s: AsyncSession, webhook: Webhook, owner: Endpoint | None) -> list[Target]:
+def _live_targets(config: WebhookConfig) -> list[Target]:
     """Step 2: the endpoints a todo goes to; none live is a 503 (the sender retries later)."""
-    targets = _targets(webhook, owner, await _routed(s, webhook))
+    targets = config.targets()
     if not targets:
         raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
     return targets
 
 
-def _signing_secret(services: Services, webhook: Webhook, kind: SourceKind) -> tuple[bool, str | None]:
+def _signing_secret(services: Services, config: WebhookConfig, kind: SourceKind) -> tuple[bool, str | None]:
     """Step 2: whether the delivery is verified (a signed webhook of a kind with a secret), and the
     secret to verify it with; a signed webhook whose secret cannot be read is a 503."""
+    webhook = config.webhook
     verified = kind.secret != "none" and webhook.trust_mode == "signed"
     try:
         secret = webhook_secret(services.vault, webhook)
@@ -392,23 +380,23 @@ def _signing_secret(services: Services, webhook: Webhook, kind: SourceKind) -> t
     return verified, secret
 
 
-def _verify(services: Services, webhook: Webhook, delivery: Delivery, remote: str | None) -> Verdict:
+def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remote: str | None) -> Verdict:
     """Step 3: the provider's verdict over the raw bytes (it compares in constant time). A refusal
     is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
-    source = delivery.source
+    source, webhook_id = delivery.source, config.id
     try:
         verdict = services.providers.hook.verify(delivery=delivery)
     except Exception as exc:
-        log.error("webhook %s: the %s verifier raised %s", webhook.id, source, type(exc).__name__)
+        log.error("webhook %s: the %s verifier raised %s", webhook_id, source, type(exc).__name__)
         raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
     if not isinstance(verdict, Verdict):
-        log.error("webhook %s: no provider verified source kind %r", webhook.id, source)
+        log.error("webhook %s: no provider verified source kind %r", webhook_id, source)
         raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
     if not verdict.ok:
         # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
         log.warning(
             "ingest refused: webhook=%s source=%s remote=%s reason=%s",
-            webhook.id,
+            webhook_id,
             source,
             remote,
             clean_line(verdict.detail, 200),
@@ -441,44 +429,48 @@ async def _disposition(
 
 
 def _event_row(
-    webhook: Webhook,
+    config: WebhookConfig,
     delivery: Delivery,
     verdict: Verdict,
     key: str,
     secondary: str | None,
     verified: bool,
     disposition: str,
-) -> Event:
+) -> dict[str, Any]:
     """Step 7: the stored delivery, whatever its disposition (headers with credentials redacted)."""
-    return Event(
-        id=new_id("ev"),
-        webhook_id=webhook.id,
-        source=delivery.source,
-        event_type=clean_line(verdict.event or delivery.source, 100),
-        delivery_key=key,
-        secondary_key=secondary,
-        headers=redact_headers(delivery.headers),
-        body=delivery.body,
-        verified=verified,
-        verify_detail=clean_line(verdict.detail, 200),
-        trust_mode=webhook.trust_mode,
-        disposition=disposition,
-        received_at=delivery.received_at,
-    )
+    return {
+        "id": new_id("ev"),
+        "webhook_id": config.id,
+        "source": delivery.source,
+        "event_type": clean_line(verdict.event or delivery.source, 100),
+        "delivery_key": key,
+        "secondary_key": secondary,
+        "headers": redact_headers(delivery.headers),
+        "body": delivery.body,
+        "verified": verified,
+        "verify_detail": clean_line(verdict.detail, 200),
+        "trust_mode": config.webhook.trust_mode,
+        "disposition": disposition,
+        "received_at": delivery.received_at,
+    }
 
 
 def _todo_rows(
-    webhook: Webhook, event: Event, verdict: Verdict, address: Address | None, targets: list[Target]
-) -> list[tuple[Target, Todo]]:
+    config: WebhookConfig,
+    event: dict[str, Any],
+    verdict: Verdict,
+    address: Address | None,
+    targets: list[Target],
+) -> list[dict[str, Any]]:
     """Step 7: one todo per target, all with the same payload (encoded once) and reply address."""
+    webhook = config.webhook
     source = webhook.source
     payload, encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
     reply_to = address.as_dict() if address is not None else None
     todo_kind = clean_line(verdict.event or source, 100)
     title = clean_line(verdict.title or f"{source} delivery", 300)
     return [
-        (
-            target,
+        _values(
             new_todo_row(
                 endpoint_id=target.endpoint_id,
                 queue=webhook.queue,
@@ -487,40 +479,18 @@ def _todo_rows(
                 title=title,
                 payload=payload,
                 reply_to=dict(reply_to) if reply_to else None,
-                event_id=event.id,
-                now=event.received_at,
+                event_id=event["id"],
+                now=event["received_at"],
                 encoded=encoded,
-            ),
+            )
         )
         for target in targets
     ]
 
 
-async def _store(services: Services, event: Event, todos: list[Todo]) -> None:
-    """Step 7: the event and its todos in one transaction (the todos point at the event)."""
-    async with services.db.write() as s:
-        s.add(event)
-        await s.flush()
-        s.add_all(todos)
-
-
-async def _raced(
-    services: Services, webhook: Webhook, key: str, secondary: str | None, verified: bool
-) -> Outcome:
-    """Step 7 lost to a copy of the delivery that committed first: answer as its duplicate."""
-    async with services.db.read() as s:
-        original = await _original(s, webhook, key, secondary)
-    if original is None:
-        log.warning("webhook %s changed while a delivery was being stored", webhook.id)
-        raise Refusal(503, "unavailable", "the webhook changed while storing; retry") from None
-    return Outcome(await _duplicate(services, webhook, original, verified), "duplicate")
-
-
-async def _ring(services: Services, source: str, todo_ids: list[str]) -> None:
-    """Step 8, after the commit: count the new todos and ring the doorbell for them."""
-    if todo_ids:
-        services.metrics.inc("switchboard_todos_created_total", float(len(todo_ids)), source=source)
-        await services.todos_created(todo_ids)
+def _values(todo: Todo) -> dict[str, Any]:
+    """The column values ``new_todo_row`` set, as the writer's multi-row insert takes them."""
+    return {k: v for k, v in vars(todo).items() if not k.startswith("_")}
 
 
 async def _is_echo(
@@ -589,7 +559,17 @@ async def prune_events(services: Services, now: datetime | None = None) -> int:
             return total
 
 
+async def _writing(app: web.Application) -> AsyncIterator[None]:
+    """The writer lives as long as the app: requests still in flight at shutdown are stored (the
+    server stops taking requests and waits for its handlers before this cleanup runs)."""
+    yield
+    await app[INGEST_WRITER].close()
+
+
 def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
     app[INGEST_LIMITER] = RateLimiter()
+    app[INGEST_WRITER] = IngestWriter(services_of(app))
+    # After ``_resources`` (app.py): cleaned up before the database pool is disposed of.
+    app.cleanup_ctx.append(_writing)
     app.router.add_post("/webhooks/{ingest_token}", handle_webhook)

@@ -1,0 +1,310 @@
+"""Group commit: deliveries that arrive while the writer is busy are stored together, in one
+transaction, and each is answered only after its rows have committed.
+
+The tests hold the writer inside a transaction (``Gate``) so that the deliveries they send pile up
+and are taken as one batch, as they do under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from sqlalchemy import select
+
+from switchboard import ingest, tenancy
+from switchboard.db import Database
+from switchboard.ids import new_id
+from switchboard.ingest import INGEST_WRITER
+from switchboard.ingest_writer import IngestWriter, Rows
+from switchboard.models import Event, Todo
+from switchboard.services import Services
+from switchboard.testing import ServeProcesses, counts, engine_name, github_headers, make_webhook, post
+
+UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
+
+
+class Gate:
+    """Holds the writer at the start of its next transaction until ``open()``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = asyncio.Event()
+        self._release = asyncio.Event()
+        self._armed = True
+        real = IngestWriter._transaction
+
+        async def held(writer: IngestWriter, batch: Any) -> Any:
+            if self._armed:
+                self._armed = False
+                self.entered.set()
+                await self._release.wait()
+            return await real(writer, batch)
+
+        monkeypatch.setattr(IngestWriter, "_transaction", held)
+
+    def open(self) -> None:
+        self._release.set()
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out waiting")
+
+
+def _generic(n: int | str, **extra: Any) -> tuple[bytes, dict[str, str]]:
+    return json.dumps({"n": n, **extra}).encode(), {"X-Delivery-Id": f"d-{n}"}
+
+
+Delivery = tuple[bytes, dict[str, str]]
+Answer = tuple[int, dict[str, Any], dict[str, str]]
+
+
+async def _held_batch(
+    server: TestServer,
+    gate: Gate,
+    base_url: str,
+    token: str,
+    deliveries: list[Delivery],
+    first_delivery: Delivery | None = None,
+) -> tuple[Answer, list[Answer]]:
+    """Send a first delivery and hold the writer in its transaction, send ``deliveries`` while it
+    is held, then let it go: they are stored as one batch. (first answer, their answers)"""
+    writer = server.app[INGEST_WRITER]
+    first = asyncio.create_task(post(base_url, token, *(first_delivery or _generic("first"))))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    sent = [asyncio.create_task(post(base_url, token, body, headers)) for body, headers in deliveries]
+    await _until(lambda: writer.waiting == len(deliveries))
+    gate.open()
+    return await first, list(await asyncio.gather(*sent))
+
+
+async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_stored(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    real = ingest._todo_rows
+
+    def todo_rows(*args: Any) -> list[dict[str, Any]]:
+        rows = real(*args)
+        # As if its endpoint had been deleted between the lookup and the commit: the foreign key
+        # refuses the todo, and with it the whole transaction of the batch.
+        if '"poison"' in str(rows[0]["payload"]):
+            for row in rows:
+                row["endpoint_id"] = "ep_00000000000000000000000000"
+        return rows
+
+    monkeypatch.setattr(ingest, "_todo_rows", todo_rows)
+    gate = Gate(monkeypatch)
+    deliveries = (
+        [_generic(n) for n in range(7)] + [_generic("bad", poison=True)] + [_generic(n) for n in range(7, 12)]
+    )
+    first, answers = await _held_batch(server, gate, base_url, token, deliveries)
+    assert first[0] == 202
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [202] * 7 + [503] + [202] * 5
+    assert answers[7][1]["error"] == "unavailable"
+    assert all(answer["created"] == 1 for status, answer, _ in answers if status == 202)
+    # Everything but the poison delivery is stored; nothing of it is.
+    assert await counts(services) == (13, 13)
+    async with services.db.read() as s:
+        keys = set((await s.scalars(select(Event.delivery_key))).all())
+    assert "d-bad" not in keys and {f"d-{n}" for n in range(12)} <= keys
+
+
+async def test_two_copies_in_one_batch_store_one_and_answer_the_other_as_its_duplicate(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, secret, _ = await make_webhook(services, "github")
+    assert secret is not None
+    gate = Gate(monkeypatch)
+    writer = server.app[INGEST_WRITER]
+    body = json.dumps({"action": "opened", "issue": {"number": 3, "title": "t"}}).encode()
+    copy = (body, github_headers(secret, body, "issues", "same-delivery"))
+    other = (b'{"zen": "x"}', github_headers(secret, b'{"zen": "x"}', "ping", "another-delivery"))
+    ping = b'{"zen": "first"}'
+    first = (ping, github_headers(secret, ping, "ping", "first-delivery"))
+    before = writer.batches
+    _, answers = await _held_batch(server, gate, base_url, token, [copy, other, copy], first)
+    # The held first delivery's batch, then one batch with all three.
+    assert writer.batches == before + 2
+    assert [status for status, _, _ in answers] == [202, 202, 202]
+    assert answers[1][1]["disposition"] == "ignored"
+    # Whichever copy reached the writer first is stored; the other is answered as its duplicate.
+    stored, again = sorted((answers[0][1], answers[2][1]), key=lambda a: a["disposition"] != "routed")
+    assert stored["disposition"] == "routed" and stored["created"] == 1
+    assert again["disposition"] == "duplicate" and again["created"] == 0
+    assert [t["id"] for t in again["todos"]] == [t["id"] for t in stored["todos"]]
+    assert await counts(services) == (3, 1)
+
+
+async def test_fifty_concurrent_deliveries_are_all_acknowledged_and_all_stored(
+    services: Services, base_url: str
+) -> None:
+    token, secret, _ = await make_webhook(services, "github")
+    assert secret is not None
+
+    async def one(n: int) -> tuple[int, dict[str, Any], dict[str, str]]:
+        body = json.dumps({"action": "opened", "issue": {"number": n, "title": f"issue {n}"}}).encode()
+        return await post(base_url, token, body, github_headers(secret, body, "issues", f"delivery-{n}"))
+
+    answers = await asyncio.gather(*(one(n) for n in range(50)))
+    assert [status for status, _, _ in answers] == [202] * 50
+    acked = {answer["todos"][0]["id"] for _, answer, _ in answers}
+    async with services.db.read() as s:
+        stored = set((await s.scalars(select(Todo.id))).all())
+    assert acked == stored and len(stored) == 50
+
+
+async def test_while_the_database_is_unreachable_every_waiting_delivery_is_answered_503(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    gate = Gate(monkeypatch)
+    writer = server.app[INGEST_WRITER]
+    first = asyncio.create_task(post(base_url, token, *_generic("first")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    sent = [asyncio.create_task(post(base_url, token, *_generic(n))) for n in range(5)]
+    await _until(lambda: writer.waiting == 5)
+    real = services.db
+    services.db = Database(UNREACHABLE)
+    try:
+        gate.open()
+        answers = [await first, *await asyncio.gather(*sent)]
+    finally:
+        await services.db.dispose()
+        services.db = real
+    assert [(status, answer["error"]) for status, answer, _ in answers] == [(503, "unavailable")] * 6
+    assert await counts(services) == (0, 0)
+    # The writer carries on once the database is back.
+    status, answer, _ = await post(base_url, token, *_generic("again"))
+    assert status == 202 and answer["created"] == 1
+
+
+async def test_a_revocation_while_a_delivery_waits_to_be_stored_is_obeyed(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, webhook_id = await make_webhook(services, "generic")
+    await tenancy.add_human(services.db, "bob")
+    bob = await tenancy.resolve_owner(services.db, human="bob")
+    await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
+    await tenancy.add_route(services.db, webhook_id, "bob-agent")
+    gate = Gate(monkeypatch)
+    writer = server.app[INGEST_WRITER]
+    first = asyncio.create_task(post(base_url, token, *_generic("first")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    # Decided with bob as a target, waiting for the writer...
+    waiting = asyncio.create_task(post(base_url, token, *_generic("late")))
+    await _until(lambda: writer.waiting == 1)
+    # ...when bob's endpoint is revoked (and the revocation answered).
+    await tenancy.revoke_endpoint(services.db, "bob-agent")
+    gate.open()
+    status, answer, _ = await waiting
+    assert status == 202 and [t["endpoint"] for t in answer["todos"]] == ["ada-agent"]
+    # The held delivery was decided before the revocation: it is stored before the revocation
+    # commits or not at all (decided again), never after it with a todo for bob outside its reach.
+    assert (await first)[0] == 202
+    async with services.db.read() as s:
+        for todo in (await s.scalars(select(Todo))).all():
+            assert todo.state == "pending" or todo.dead_letter
+
+
+async def test_a_cancelled_request_does_not_break_the_writer(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    writer = server.app[INGEST_WRITER]
+    captured: list[Rows] = []
+    real_submit = IngestWriter.submit
+
+    async def submit(self: IngestWriter, rows: Rows) -> Any:
+        captured.append(rows)
+        return await real_submit(self, rows)
+
+    monkeypatch.setattr(IngestWriter, "submit", submit)
+    status, _, _ = await post(base_url, token, *_generic("template"))
+    assert status == 202
+
+    def copy(key: str) -> Rows:
+        rows = captured[0]
+        event = {**rows.event, "id": new_id("ev"), "delivery_key": key}
+        todos = [{**todo, "id": new_id("td"), "event_id": event["id"]} for todo in rows.todos]
+        return dataclasses.replace(rows, event=event, todos=todos)
+
+    gate = Gate(monkeypatch)
+    taken = asyncio.create_task(real_submit(writer, copy("taken")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    # One request gives up while its rows are in the batch being stored, another before its rows
+    # were taken: the first is stored (a retry would be its duplicate), the second is not.
+    dropped = asyncio.create_task(real_submit(writer, copy("dropped")))
+    await _until(lambda: writer.waiting == 1)
+    taken.cancel()
+    dropped.cancel()
+    gate.open()
+    for task in (taken, dropped):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    status, answer, _ = await post(base_url, token, *_generic("after"))
+    assert status == 202 and answer["created"] == 1
+    async with services.db.read() as s:
+        keys = set((await s.scalars(select(Event.delivery_key))).all())
+    assert keys == {"d-template", "taken", "d-after"}
+
+
+async def test_closing_the_writer_stores_what_was_handed_in_first(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    gate = Gate(monkeypatch)
+    writer = server.app[INGEST_WRITER]
+    first = asyncio.create_task(post(base_url, token, *_generic("first")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    sent = [asyncio.create_task(post(base_url, token, *_generic(n))) for n in range(4)]
+    await _until(lambda: writer.waiting == 4)
+    closing = asyncio.create_task(writer.close())
+    gate.open()
+    answers = [await first, *await asyncio.gather(*sent)]
+    await closing
+    assert [status for status, _, _ in answers] == [202] * 5
+    assert await counts(services) == (5, 5)
+    # Once closed, nothing more is taken in: the sender is told to retry.
+    status, answer, _ = await post(base_url, token, *_generic("late"))
+    assert status == 503 and answer["error"] == "unavailable"
+
+
+@pytest.mark.skipif(
+    engine_name() != "postgresql", reason="several processes share one database only on PostgreSQL"
+)
+async def test_two_processes_storing_the_same_delivery_store_it_once(
+    services: Services, switchboard_serve: ServeProcesses
+) -> None:
+    servers = [switchboard_serve.new({"log_level": "WARNING"}, name=name) for name in ("a", "b")]
+    for server in servers:
+        await server.launch()
+    for server in servers:
+        await server.ready()
+    token, secret, _ = await make_webhook(services, "github")
+    assert secret is not None
+    body = json.dumps({"action": "opened", "issue": {"number": 9, "title": "twice"}}).encode()
+    headers = github_headers(secret, body, "issues", "one-delivery-two-processes")
+
+    async def send(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
+        async with http.post(f"{url}/webhooks/{token}", data=body, headers=headers) as resp:
+            return resp.status, await resp.json()
+
+    async with aiohttp.ClientSession() as http:
+        answers = await asyncio.gather(*(send(http, s.base_url) for s in servers for _ in range(10)))
+    assert {status for status, _ in answers} == {202}
+    assert sorted(a["disposition"] for _, a in answers) == ["duplicate"] * 19 + ["routed"]
+    assert len({a["todos"][0]["id"] for _, a in answers}) == 1
+    assert await counts(services) == (1, 1)
+    for server in servers:
+        server.check_log()
