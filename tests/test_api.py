@@ -21,7 +21,7 @@ from switchboard.db import Database
 from switchboard.mcp import DOORBELL
 from switchboard.models import Base
 from switchboard.services import Services
-from tests.mcp_client import connect
+from switchboard.testing import connect
 
 
 class Api:

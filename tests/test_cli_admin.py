@@ -781,3 +781,33 @@ def test_text_output_neutralises_terminal_escapes_from_payload_text(cli: Cli) ->
         assert "\\x1b]0;owned\\x07" in result.stdout
     # JSON output keeps the exact title (JSON escapes control characters itself).
     assert ok(cli("todo", "show", todo_id, "--json"))["todo"]["title"] == hostile
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: one line, never a traceback
+
+
+@pytest.mark.parametrize("payload", ["[" * 100_000, "1" * 5000])
+def test_cli_todo_push_with_a_hostile_payload_is_one_line(
+    tmp_path: Any, monkeypatch: Any, payload: str
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'none.db'}")
+    result = CliRunner().invoke(
+        main, ["todo", "push", "--endpoint", "x", "--title", "t", "--payload", payload]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("error: invalid_argument: --payload is not valid JSON")
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("argv", [["todo", "show", b"td_\xff"], ["endpoint", "vend", "--name", b"x\xffy"]])
+def test_cli_argument_that_is_not_utf8_is_a_usage_line(tmp_path: Any, argv: list[Any]) -> None:
+    # Such bytes reached the database driver as lone surrogates: "internal: UnicodeEncodeError".
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env["SWITCHBOARD_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
+    args = [os.fsencode(a) if isinstance(a, str) else a for a in argv]
+    command = [sys.executable, "-m", "switchboard", *args]
+    proc = subprocess.run(command, env=env, capture_output=True, timeout=60)  # noqa: S603 (our own CLI)
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == "error: usage: a command-line argument is not valid UTF-8\n"

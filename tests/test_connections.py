@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """Connections: sealed, write-only, unique per scope, normalised per kind, scoped, tested."""
 
 from __future__ import annotations
@@ -14,19 +13,16 @@ from switchboard import connections as conn
 from switchboard.errors import SwitchboardError
 from switchboard.models import Base, Connection
 from switchboard.tenancy import Owner, add_human, add_team, set_member, vend_endpoint
+from switchboard.testing import FakeProvider, Scripted, guarded_client
 from switchboard.vault import Vault, binding
-from tests.fakes import (  # noqa: F401 (fixtures)
-    FakeProvider,
-    Scripted,
-    fake_cairn,
-    fake_gitea,
-    fake_github,
-    fake_slack,
-    guarded,
-    settings_overrides,
-)
 
 SECRET = "gh-test-secret-" + "Zq8Xv2Lm9Np4"  # not a token shape: the scanner is not under test here
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    """The GitHub and Slack API bases point at the stand-ins."""
+    return fake_api_settings
 
 
 async def owner_of(db: Any, handle: str) -> Owner:
@@ -282,8 +278,6 @@ async def test_forge_and_cairn_tests_read_the_current_user(
 async def test_a_private_address_fails_the_test_without_a_dial(
     services: Any, db: Any, fake_gitea: FakeProvider
 ) -> None:
-    from tests.fakes import guarded_client
-
     services.outbound = strict = guarded_client(allow_cidrs="")
     alice = await owner_of(db, "alice")
     made = await conn.create_connection(

@@ -14,7 +14,7 @@ from switchboard.db import Database, utcnow
 from switchboard.mcp import doorbell
 from switchboard.models import Endpoint, Todo
 from switchboard.services import Services
-from tests.mcp_client import add_todo, connect, vend
+from switchboard.testing import add_todo, connect, vend
 
 FORGE = {
     "kind": "forge_comment",

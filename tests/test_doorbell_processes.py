@@ -7,13 +7,6 @@ the background work both run (lease reaper, rings) is never done twice.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -21,81 +14,28 @@ import pytest
 from switchboard import tenancy
 from switchboard.db import Database
 from switchboard.services import Services
-from tests.conftest import TEST_ENCRYPTION_KEY, engine_name
-from tests.mcp_client import Agent, connect, vend
+from switchboard.testing import Agent, ServeProcesses, connect, engine_name, vend
 
 pytestmark = pytest.mark.skipif(
     engine_name() != "postgresql", reason="several processes share one database only on PostgreSQL"
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def processes(database_url: str, tmp_path: Path) -> Iterator[list[str]]:
-    """Two servers on the test database; yields their base URLs."""
-    procs: list[subprocess.Popen[bytes]] = []
-    urls = []
-    for name in ("a", "b"):
-        port = _free_port()
-        env = {
-            **os.environ,
-            "SWITCHBOARD_DATABASE_URL": database_url,
-            "SWITCHBOARD_HOST": "127.0.0.1",
-            "SWITCHBOARD_PORT": str(port),
-            "SWITCHBOARD_SECRET_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-            "SWITCHBOARD_BASE_URL": f"http://127.0.0.1:{port}",
-            "SWITCHBOARD_LOG_LEVEL": "WARNING",
-        }
-        log = (tmp_path / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "switchboard", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        )
-        urls.append(f"http://127.0.0.1:{port}")
-    try:
-        yield urls
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-async def _ready(urls: list[str]) -> None:
-    async with aiohttp.ClientSession() as http:
-        for url in urls:
-            for _ in range(200):
-                try:
-                    async with http.get(f"{url}/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(f"{url} never became healthy")
+async def two(switchboard_serve: ServeProcesses) -> list[str]:
+    """Two healthy servers on the test database; their base URLs."""
+    servers = [switchboard_serve.new({"log_level": "WARNING"}, name=name) for name in ("a", "b")]
+    for server in servers:
+        await server.launch()
+    for server in servers:
+        await server.ready()
+    return [server.base_url for server in servers]
 
 
 async def _listening(agent: Agent) -> None:
     # The client opens its notification stream right after the handshake; give it a moment to
     # be registered by the other process before anything is sent.
     await asyncio.sleep(0.5)
-
-
-@pytest.fixture
-async def two(processes: list[str]) -> AsyncIterator[list[str]]:
-    await _ready(processes)
-    yield processes
 
 
 async def _deliver(services: Services, url: str, slug: str, n: int) -> list[str]:

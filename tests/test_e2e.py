@@ -16,16 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
-import os
 import re
-import signal
-import socket
-import sys
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,150 +28,59 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fakes import FakeProvider, Scripted
-from tests.mcp_client import ChannelListener
+from switchboard.testing import (
+    ChannelListener,
+    FakeProvider,
+    FakeProviders,
+    Scripted,
+    ServeProcess,
+    ServeProcesses,
+    github_headers,
+    slack_headers,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# Subprocess start-up dominates; a server that is not healthy by then is broken, not slow.
-SERVER_START_TIMEOUT = 30.0
-CLI_TIMEOUT = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Instance:
-    """One `switchboard serve` process and the environment its operator's CLI shares with it."""
-
-    env: dict[str, str]
-    base_url: str
-    log_path: Path
-    process: asyncio.subprocess.Process | None = None
-    # Every secret the run has seen: the server log must contain none of them.
-    secrets: list[str] = field(default_factory=list)
-
-    async def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:
-        """Run `switchboard ARGS --json` as the operator would; the one JSON object it prints."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "switchboard",
-            *args,
-            "--json",
-            env=self.env,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(
-            proc.communicate(stdin.encode() if stdin is not None else None), CLI_TIMEOUT
-        )
-        assert proc.returncode == 0, f"switchboard {' '.join(args)} exited {proc.returncode}: {err.decode()}"
-        answer = json.loads(out)
-        assert isinstance(answer, dict)
-        return answer
-
-    async def launch(self) -> None:
-        log = self.log_path.open("wb")
-        try:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "switchboard", "serve", env=self.env, stdout=log, stderr=log
-            )
-        finally:
-            # The child holds its own descriptor.
-            log.close()
-
-    async def ready(self) -> None:
-        """Wait for `/healthz`. The CLI needs no server, so set-up runs while it starts."""
-        assert self.process is not None
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                assert self.process.returncode is None, f"serve exited early:\n{self.log()}"
-                try:
-                    async with http.get(f"{self.base_url}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise AssertionError(f"serve did not become healthy:\n{self.log()}")
-
-    async def stop(self) -> int:
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return await asyncio.wait_for(self.process.wait(), 15)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
-                raise
-        return self.process.returncode
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture
-async def fake_github() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("github", tls_on=False).start()
-    yield server
-    await server.close()
+async def fake_github(fake_providers: FakeProviders) -> FakeProvider:
+    # Plain http: serve reaches it because SWITCHBOARD_OUTBOUND_ALLOW_HTTP says it may.
+    return await fake_providers.start("github", tls_on=False)
 
 
 @pytest.fixture
-async def fake_slack() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("slack", tls_on=False).start()
-    yield server
-    await server.close()
+async def fake_slack(fake_providers: FakeProviders) -> FakeProvider:
+    return await fake_providers.start("slack", tls_on=False)
 
 
 @pytest.fixture
 async def instance(
-    database_url: str, tmp_path: Path, fake_github: FakeProvider, fake_slack: FakeProvider
-) -> AsyncIterator[Instance]:
+    switchboard_serve: ServeProcesses, fake_github: FakeProvider, fake_slack: FakeProvider
+) -> AsyncIterator[ServeProcess]:
     """README's order: a key first (the server needs it to open secrets), then serve; the test's CLI
     set-up runs while the server starts, and waits for `/healthz` before it speaks HTTP."""
-    port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    env.update(
-        SWITCHBOARD_DATABASE_URL=database_url,
-        SWITCHBOARD_HOST="127.0.0.1",
-        SWITCHBOARD_PORT=str(port),
-        SWITCHBOARD_BASE_URL=base_url,
-        SWITCHBOARD_GITHUB_API_URL=fake_github.base_url,
-        SWITCHBOARD_SLACK_API_URL=f"{fake_slack.base_url}/api",
-        SWITCHBOARD_OUTBOUND_ALLOW_HTTP="true",
-        SWITCHBOARD_OUTBOUND_ALLOW_CIDRS="127.0.0.0/8",
+    sb = switchboard_serve.new(
+        {
+            "github_api_url": fake_github.base_url,
+            "slack_api_url": f"{fake_slack.base_url}/api",
+            # Set below from `switchboard keygen`, as the README does.
+            "secret_encryption_key": None,
+        }
     )
-    sb = Instance(env=env, base_url=base_url, log_path=tmp_path / "serve.log")
     key = (await sb.cli("keygen"))["key"]
     assert isinstance(key, str) and key
     sb.env["SWITCHBOARD_SECRET_ENCRYPTION_KEY"] = key
     sb.secrets.append(key)
     await sb.launch()
-    try:
-        yield sb
-        assert await sb.stop() == 0, sb.log()
-    finally:
-        if sb.process is not None and sb.process.returncode is None:
-            sb.process.kill()
-            await sb.process.wait()
-    log = sb.log()
-    # The access log was captured (so the search below means something), ingest tokens shortened.
+    yield sb
+    assert await sb.stop() == 0, sb.log()
+    # No traceback and no secret in the whole log; the access log was captured (so that search
+    # means something), ingest tokens shortened.
+    log = sb.check_log()
     assert '"POST /webhooks/wh_' in log and "…" in log, log
-    assert "Traceback" not in log, log
-    for secret in sb.secrets:
-        assert secret not in log, "a secret reached the server log"
 
 
-async def _first_steps(sb: Instance) -> tuple[str, dict[str, Any]]:
+async def _first_steps(sb: ServeProcess) -> tuple[str, dict[str, Any]]:
     """`human add ada`, then `endpoint vend --name "Ada's agent" --owner ada --queue triage --reply`."""
     human = await sb.cli("human", "add", "ada")
     sbo = human["token"]
@@ -192,27 +94,6 @@ async def _first_steps(sb: Instance) -> tuple[str, dict[str, Any]]:
     sb.secrets += [sbo, vended["token"]]
     await sb.ready()
     return sbo, vended
-
-
-def _github_headers(secret: str, body: bytes, event: str, delivery: str) -> dict[str, str]:
-    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": "GitHub-Hookshot/e2e",
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": delivery,
-        "X-Hub-Signature-256": f"sha256={digest}",
-    }
-
-
-def _slack_headers(secret: str, body: bytes) -> dict[str, str]:
-    ts = str(int(time.time()))
-    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
-    return {
-        "Content-Type": "application/json",
-        "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": f"v0={digest}",
-    }
 
 
 async def _post(
@@ -255,7 +136,7 @@ async def _error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return body
 
 
-async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider) -> None:
+async def test_github_walkthrough(instance: ServeProcess, fake_github: FakeProvider) -> None:
     sb = instance
     sbo, vended = await _first_steps(sb)
     connection_secret = "ghp_e2eTestTokenNotRealAbCdEfGhIjKlMnOpQrSt"
@@ -290,11 +171,11 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         body = (FIXTURES / "github/issues/opened.payload.json").read_bytes()
         # A forged signature is refused and stores nothing.
         status, refused = await _post(
-            http, ingest_url, body, _github_headers("whsec_wrong", body, "issues", "e2e-forged")
+            http, ingest_url, body, github_headers("whsec_wrong", body, "issues", "e2e-forged")
         )
         assert (status, refused["error"]) == (401, "signature_invalid")
         # GitHub's own signature is accepted, once; the redelivery answers with the same todo.
-        headers = _github_headers(whsec, body, "issues", "e2e-delivery-1")
+        headers = github_headers(whsec, body, "issues", "e2e-delivery-1")
         status, routed = await _post(http, ingest_url, body, headers)
         assert status == 202, routed
         assert routed["created"] == 1 and routed["verified"] is True and routed["disposition"] == "routed"
@@ -362,7 +243,7 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         comment_event["comment"]["body"] = post.json["body"]
         echo = json.dumps(comment_event).encode()
         status, dropped = await _post(
-            http, ingest_url, echo, _github_headers(whsec, echo, "issue_comment", "e2e-echo")
+            http, ingest_url, echo, github_headers(whsec, echo, "issue_comment", "e2e-echo")
         )
         assert status == 202 and dropped["disposition"] == "self_reply" and dropped["created"] == 0
         # A person answering in the same thread is work again.
@@ -370,7 +251,7 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
         comment_event["comment"]["body"] = "Thanks, looks good now."
         human = json.dumps(comment_event).encode()
         status, routed_human = await _post(
-            http, ingest_url, human, _github_headers(whsec, human, "issue_comment", "e2e-human")
+            http, ingest_url, human, github_headers(whsec, human, "issue_comment", "e2e-human")
         )
         assert status == 202 and routed_human["created"] == 1
         human_todo = routed_human["todos"][0]["id"]
@@ -409,7 +290,7 @@ async def test_github_walkthrough(instance: Instance, fake_github: FakeProvider)
     assert {(t["id"], t["state"]) for t in listed["todos"]} == {(todo_id, "done"), (human_todo, "pending")}
 
 
-async def _web_board_shows(sb: Instance, *, http_base: str, sbo: str, permalink: str) -> None:
+async def _web_board_shows(sb: ServeProcess, *, http_base: str, sbo: str, permalink: str) -> None:
     """docs/web.md: log in with the sbo_ token through the CSRF-protected form; the board lists the
     todo with its reply's permalink; a form posted without the CSRF token is refused."""
     jar = aiohttp.CookieJar(unsafe=True)
@@ -435,7 +316,7 @@ async def _web_board_shows(sb: Instance, *, http_base: str, sbo: str, permalink:
             assert resp.status == 403
 
 
-async def test_slack_walkthrough(instance: Instance, fake_slack: FakeProvider) -> None:
+async def test_slack_walkthrough(instance: ServeProcess, fake_slack: FakeProvider) -> None:
     """docs/sources/slack.md: the provider issues the secret; url_verification; a thread reply."""
     sb = instance
     _, vended = await _first_steps(sb)
@@ -456,7 +337,7 @@ async def test_slack_walkthrough(instance: Instance, fake_slack: FakeProvider) -
     challenge = (FIXTURES / "slack/url_verification.json").read_bytes()
     async with aiohttp.ClientSession() as http:
         # Until the owner pastes Slack's signing secret, ingest answers 503.
-        status, waiting = await _post(http, ingest_url, challenge, _slack_headers(signing_secret, challenge))
+        status, waiting = await _post(http, ingest_url, challenge, slack_headers(signing_secret, challenge))
         assert (status, waiting["error"]) == (503, "unavailable")
         await sb.cli("webhook", "set-secret", webhook["webhook"]["id"], stdin=signing_secret)
         # The stand-in Slack workspace is the connection's team; `test` records the bot for echoes.
@@ -470,19 +351,19 @@ async def test_slack_walkthrough(instance: Instance, fake_slack: FakeProvider) -
         tested = await sb.cli("connection", "test", connection["connection"]["id"])
         assert tested["test"]["ok"] is True
 
-        status, answered = await _post(http, ingest_url, challenge, _slack_headers(signing_secret, challenge))
+        status, answered = await _post(http, ingest_url, challenge, slack_headers(signing_secret, challenge))
         assert (status, answered) == (200, {"challenge": json.loads(challenge)["challenge"]})
 
         listener = ChannelListener()
         agent_http, agent = _agent(vended["mcp_url"], vended["token"], listener)
         async with agent_http, agent:
             mention = (FIXTURES / "slack/app_mention.json").read_bytes()
-            status, routed = await _post(http, ingest_url, mention, _slack_headers(signing_secret, mention))
+            status, routed = await _post(http, ingest_url, mention, slack_headers(signing_secret, mention))
             assert status == 202 and routed["created"] == 1, routed
             todo_id = routed["todos"][0]["id"]
             # Slack sends the same message again as a plain `message` event: still one todo.
             message = (FIXTURES / "slack/message.json").read_bytes()
-            status, same = await _post(http, ingest_url, message, _slack_headers(signing_secret, message))
+            status, same = await _post(http, ingest_url, message, slack_headers(signing_secret, message))
             assert status == 202 and same["created"] == 0 and same["todos"][0]["id"] == todo_id
             ring = await listener.next_ring(timeout=10)
             assert ring.meta["todo_id"] == todo_id and ring.meta["reply_to"] == "slack_thread"
@@ -507,12 +388,12 @@ async def test_slack_walkthrough(instance: Instance, fake_slack: FakeProvider) -
             echo_event = json.loads((FIXTURES / "slack/bot_reply.json").read_bytes())
             echo_event["event"]["metadata"]["event_payload"]["reply_id"] = reply["reply_id"]
             echo = json.dumps(echo_event).encode()
-            status, dropped = await _post(http, ingest_url, echo, _slack_headers(signing_secret, echo))
+            status, dropped = await _post(http, ingest_url, echo, slack_headers(signing_secret, echo))
             assert status == 202 and dropped["disposition"] == "self_reply" and dropped["created"] == 0
             # A person answering in the thread is new work, rung like any other.
             person = (FIXTURES / "slack/thread_reply.json").read_bytes()
             status, answered_in_thread = await _post(
-                http, ingest_url, person, _slack_headers(signing_secret, person)
+                http, ingest_url, person, slack_headers(signing_secret, person)
             )
             assert status == 202 and answered_in_thread["created"] == 1
             thread_todo = answered_in_thread["todos"][0]["id"]

@@ -13,13 +13,20 @@ from typing import Any
 
 import jsonschema
 import pytest
-from fixtures.ingest_kit import (
-    cairn_body,
+from fixtures.ingest_kit import cairn_body, fixture, fixture_bytes
+from sqlalchemy import func, select, update
+
+from switchboard import ingest, tenancy
+from switchboard.db import utcnow
+from switchboard.ids import new_id
+from switchboard.ingest import INGEST_LIMITER
+from switchboard.models import Event, Reply, Todo, Webhook
+from switchboard.provider import reply_marker
+from switchboard.services import Services
+from switchboard.testing import (
     cairn_headers,
     counts,
     events,
-    fixture,
-    fixture_bytes,
     gitea_headers,
     github_form,
     github_headers,
@@ -29,15 +36,6 @@ from fixtures.ingest_kit import (
     stripe_headers,
     todo,
 )
-from sqlalchemy import select, update
-
-from switchboard import tenancy
-from switchboard.db import utcnow
-from switchboard.ids import new_id
-from switchboard.ingest import INGEST_LIMITER
-from switchboard.models import Event, Reply, Todo, Webhook
-from switchboard.provider import reply_marker
-from switchboard.services import Services
 from switchboard.todos import payload_of
 
 GITHUB_CASES = [
@@ -1070,3 +1068,33 @@ async def test_retention_prunes_old_events_that_minted_nothing_and_keeps_the_res
     assert await prune_events(services, now=utcnow() + timedelta(days=31)) == 1
     async with services.db.read() as s:
         assert [e.disposition for e in (await s.scalars(select(Event))).all()] == ["routed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A sender that stalls mid-body
+
+
+async def test_a_sender_that_stalls_mid_body_gets_408_and_nothing_is_stored(
+    services: Services, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest, "BODY_READ_SECONDS", 0.5)
+    db = services.db
+    await tenancy.add_human(db, "ada")
+    await tenancy.vend_endpoint(db, name="ada-agent", owner=await tenancy.resolve_owner(db, human="ada"))
+    created = await tenancy.create_webhook(
+        db, services.vault, services.providers, endpoint_slug="ada-agent", source="generic"
+    )
+    host, port = base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            f"POST /webhooks/{created.ingest_token} HTTP/1.1\r\nHost: {host}\r\n"
+            'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":'.encode()
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408")
+    finally:
+        writer.close()
+    async with db.read() as s:
+        assert (await s.scalar(select(func.count()).select_from(Todo))) == 0

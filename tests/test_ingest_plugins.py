@@ -11,12 +11,15 @@ from datetime import UTC, datetime
 
 import pytest
 from fixtures import linear_plugin
-from fixtures.ingest_kit import (
-    cairn_body,
+from fixtures.ingest_kit import cairn_body, fixture_bytes
+
+from switchboard import plugins
+from switchboard.provider import Address, Delivery, EchoClues, Verdict
+from switchboard.services import Services
+from switchboard.testing import (
     cairn_headers,
     counts,
     events,
-    fixture_bytes,
     gitea_headers,
     github_headers,
     make_webhook,
@@ -25,10 +28,6 @@ from fixtures.ingest_kit import (
     stripe_headers,
     todo,
 )
-
-from switchboard import plugins
-from switchboard.provider import Address, Delivery, EchoClues, Verdict
-from switchboard.services import Services
 
 LINEAR_BODY = json.dumps(
     {

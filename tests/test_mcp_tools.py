@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,7 +17,7 @@ from switchboard.db import Database
 from switchboard.mcp import DOORBELL, doorbell, sessions
 from switchboard.models import Todo
 from switchboard.services import Services
-from tests.mcp_client import Agent, add_todo, connect, vend
+from switchboard.testing import Agent, add_todo, connect, vend
 
 BASICS = ["list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release"]
 CONNECTION_VERBS = ["list_connections", "create_connection", "rotate_connection", "delete_connection"]
@@ -436,3 +437,49 @@ async def test_malformed_requests_get_a_4xx_and_leave_no_session(
             async with http.request(method, f"{base_url}/mcp", headers=headers, data=body) as resp:
                 assert 400 <= resp.status < 500, (method, headers, body[:40], resp.status)
     assert not bell.sessions
+
+
+# ---------------------------------------------------------------------------------------------
+# NUL: PostgreSQL text cannot hold it, so an argument carrying one is refused as invalid on
+# both engines; inside a result it is data.
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("get_todo", {"todo_id": "td_\x00"}),
+        ("claim", {"todo_id": "a\x00b"}),
+        ("complete", {"todo_id": "\x00"}),
+        ("reply", {"todo_id": "\x00", "text": "hello"}),
+        ("rotate_connection", {"connection_id": "cn_\x00", "secret": "s"}),
+        ("delete_connection", {"connection_id": "\x00"}),
+        (
+            "create_connection",
+            {
+                "kind": "github",
+                "name": "n",
+                "account_key": "github.com",
+                "secret": "s",
+                "endpoints": ["\x00"],
+            },
+        ),
+    ],
+)
+async def test_a_nul_in_a_tool_argument_is_invalid_argument_on_every_engine(
+    services: Services, base_url: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    # PostgreSQL text cannot hold NUL: these answered `internal` there before.
+    endpoint, token = await vend(services.db, families=["basics", "reply", "connections"])
+    async with connect(base_url, token, endpoint) as agent:
+        error = await agent.error(tool, **arguments)
+    assert error["error"] == "invalid_argument"
+    assert "NUL" in error["message"]
+
+
+async def test_a_nul_inside_a_result_is_data_not_an_argument_error(services: Services, base_url: str) -> None:
+    endpoint, token = await vend(services.db)
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        done = await agent.ok("complete", todo_id=todo.id, result={"note": "a\x00b"})
+    assert done["state"] == "done"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from switchboard import outbound
 from switchboard.outbound import Outbound, OutboundRefused, OutboundUncertain, address_allowed
-from tests.fakes import FakeProvider, guarded_client
+from switchboard.testing import FakeProvider, guarded_client
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """The reply verb against stand-in providers on 127.0.0.1: where it posts, with what, and every
 refusal (checked before any dial, writing no row)."""
 
@@ -32,25 +31,25 @@ from switchboard.provider import (
     find_marker,
 )
 from switchboard.tenancy import Owner, vend_endpoint
-from tests.fakes import (  # noqa: F401 (fixtures)
+from switchboard.testing import (
     FakeProvider,
     Scripted,
     cairn_address,
     claimed_todo,
-    fake_cairn,
-    fake_gitea,
-    fake_github,
-    fake_slack,
     forge_address,
-    guarded,
     guarded_client,
     human_and_endpoint,
-    settings_overrides,
     slack_address,
 )
 
 SLACK_SECRET = "slack-test-bot-credential-" + "Yk3Rw9"
 GITHUB_SECRET = "github-test-credential-" + "Qm7Tz1"
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    """The GitHub and Slack API bases point at the stand-ins."""
+    return fake_api_settings
 
 
 class TinyChat:

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """The seed record's Confirmation list (ADR-0033), one test per line, end to end: signed deliveries
 into the real ingest, the agent on real MCP, stand-in providers on 127.0.0.1."""
 
@@ -14,32 +13,32 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.ingest_kit import fixture
 
 from switchboard import connections as conn
 from switchboard import tenancy
 from switchboard.errors import SwitchboardError
 from switchboard.models import Endpoint, Todo
-from switchboard.vault import Vault
-from tests.fakes import (  # noqa: F401 (fixtures)
-    FakeProvider,
-    fake_github,
-    fake_slack,
-    guarded,
-    settings_overrides,
-)
-from tests.fixtures.ingest_kit import (
+from switchboard.testing import (
     PROVIDER_SECRETS,
-    fixture,
+    FakeProvider,
+    connect,
     github_headers,
     make_webhook,
     post,
     slack_headers,
 )
-from tests.mcp_client import connect
+from switchboard.vault import Vault
 
 SLACK_SECRET = "xoxb-confirmation-" + "Hw2Jq7Lc"
 GITHUB_SECRET = "github-confirmation-" + "Vb5Xn3"
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    """The GitHub and Slack API bases point at the stand-ins."""
+    return fake_api_settings
 
 
 async def agent_for(services: Any, slug: str, handle: str) -> tuple[Endpoint, str, tenancy.Owner]:

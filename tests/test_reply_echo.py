@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """Echo suppression end to end: our own posted reply, delivered back by the provider as a signed
 webhook, mints no todo, whether it arrives before our POST returned (marker) or after (object id,
 Slack bot id); a human's message in the same thread still becomes work."""
@@ -11,6 +10,8 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from fixtures.ingest_kit import fixture
 from sqlalchemy import update
 
 from switchboard import connections as conn
@@ -18,23 +19,22 @@ from switchboard import reply
 from switchboard.db import utcnow
 from switchboard.models import Endpoint, Todo
 from switchboard.tenancy import Owner, resolve_owner
-from tests.fakes import (  # noqa: F401 (fixtures)
+from switchboard.testing import (
+    PROVIDER_SECRETS,
     FakeProvider,
     Recorded,
     Scripted,
-    fake_github,
-    fake_slack,
-    guarded,
-    settings_overrides,
-)
-from tests.fixtures.ingest_kit import (
-    PROVIDER_SECRETS,
-    fixture,
     github_headers,
     make_webhook,
     post,
     slack_headers,
 )
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    """The GitHub and Slack API bases point at the stand-ins."""
+    return fake_api_settings
 
 
 async def claim_directly(services: Any, todo_id: str) -> Endpoint:

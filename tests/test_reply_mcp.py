@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """The reply and connection verbs over real Streamable HTTP with the official MCP client: the agent
 replies with a credential it never sees, and no MCP result or error ever carries it."""
 
@@ -9,17 +8,18 @@ import random
 import string
 from typing import Any
 
-from tests.fakes import (  # noqa: F401 (fixtures)
-    FakeProvider,
-    fake_github,
-    fake_slack,
-    guarded,
-    settings_overrides,
-    slack_address,
-)
-from tests.mcp_client import add_todo, connect, vend
+import pytest
+
+from switchboard.services import Services
+from switchboard.testing import FakeProvider, add_todo, connect, slack_address, vend
 
 SLACK_SECRET = "xoxb-mcp-test-" + "Pz4Ky8Rt"
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    """The GitHub and Slack API bases point at the stand-ins."""
+    return fake_api_settings
 
 
 async def test_an_agent_manages_its_connection_and_replies_without_seeing_the_secret(
@@ -90,3 +90,32 @@ async def test_another_owners_connection_is_invisible_and_unusable(
         err = await bob.error("reply", todo_id=todo.id, text="hello")
         assert err["error"] == "no_connection"
     assert fake_slack.requests == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Text that looks empty is empty: str.strip() keeps zero-width spaces and BOMs.
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\ufeff\u200b\u200d", "\u2060 \u00a0\u3000", "\u202e\x07"])
+async def test_a_reply_of_only_invisible_characters_is_empty(
+    services: Services, base_url: str, text: str
+) -> None:
+    # str.strip() keeps zero-width spaces and BOMs: this posted an empty-looking public comment.
+    endpoint, token = await vend(services.db, families=["basics", "reply"])
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        error = await agent.error("reply", todo_id=todo.id, text=text)
+    assert error == {"error": "invalid_argument", "message": "text must not be empty"}
+
+
+async def test_a_reply_with_visible_text_among_invisible_ones_gets_past_the_emptiness_check(
+    services: Services, base_url: str
+) -> None:
+    endpoint, token = await vend(services.db, families=["basics", "reply"])
+    todo = await add_todo(services.db, endpoint)
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        error = await agent.error("reply", todo_id=todo.id, text="\u200bok\u200b")
+    # The next check in order: this todo has no reply address.
+    assert error["error"] == "no_reply_address"

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.fakes are parameters here)
 """Secret scanning: every rule catches a real-shaped token and passes over its near misses, in the
 raw text and in every view of it (a token hidden by invisible characters, entities, comments,
 splits, escapes or base64 is still found), without refusing ordinary replies.
@@ -28,14 +27,7 @@ from switchboard.connections import create_connection
 from switchboard.errors import SwitchboardError
 from switchboard.models import Reply
 from switchboard.secretscan import Rule
-from tests.fakes import (  # noqa: F401 (fixtures)
-    FakeProvider,
-    claimed_todo,
-    fake_slack,
-    guarded,
-    human_and_endpoint,
-    slack_address,
-)
+from switchboard.testing import FakeProvider, claimed_todo, human_and_endpoint, slack_address
 
 _rng = random.Random(20260922)
 ALNUM = string.ascii_letters + string.digits
@@ -582,3 +574,39 @@ def test_any_16_kib_repetition_scans_without_raising(unit: str, times: int) -> N
 def test_a_token_between_spaces_is_found_whatever_surrounds_it(before: str, after: str) -> None:
     found = secretscan.scan(f"{before} {TOKEN} {after}")
     assert found is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a pasted token really sits in a reply: a code fence, a URL, an escape sequence.
+
+_wrap_rng = random.Random(20261130)
+
+
+def _token() -> str:
+    return "gh" + "p_" + "".join(_wrap_rng.choice(string.ascii_letters + string.digits) for _ in range(36))
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "```\n{t}\n```",
+        "https://x-access-token:{t}@github.com/acme/api.git",
+        "https://api.example.com/v1?token={t}&page=2",
+        "curl 'https://api.example.com/?q=token%3D{t}'",
+        "https://example.com/a%20{t}%0A",
+        "italic _{t}_ in Markdown",
+        "GITHUB_TOKEN={t}",
+        'print("first line\\n{t}")',
+        '{{"config": "a\\t{t}"}}',
+    ],
+)
+def test_a_token_in_a_code_fence_url_or_escape_is_caught(wrap: str) -> None:
+    found = secretscan.scan(wrap.format(t=_token()))
+    assert found is not None and found.id == "github-pat"
+
+
+def test_a_token_glued_to_letters_is_still_not_one() -> None:
+    assert secretscan.scan("x" + _token()) is None
+    assert secretscan.scan("100%25 done, the 50%20 rule, a\\nb") is None
+    # An identifier of words is not a key; `MY_ghp_…` is a token (issue 13: tests/test_secretscan.py).
+    assert secretscan.scan("set use_sk_test_placeholder") is None

@@ -1,91 +1,106 @@
-"""`switchboard serve` as an operator runs it: a real process, a real port, a clean stop."""
+"""`switchboard serve` as an operator runs it: a real process, a real port, a clean stop, one line
+when it cannot start, and a log with no secret in it."""
 
 from __future__ import annotations
 
-import os
+import asyncio
 import signal
 import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    env.update({"SWITCHBOARD_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"}, **extra)
-    return env
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "server exited"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 (our own loopback server)
-                import json
-
-                return json.load(resp)
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError("server did not become healthy")
+from switchboard import db as db_mod
+from switchboard import tenancy
+from switchboard.db import Database
+from switchboard.testing import ServeProcesses, github_headers
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_upgrades_serves_and_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "switchboard", "serve"],
-        env=_env(tmp_path, SWITCHBOARD_PORT=str(port)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert _wait_healthy(f"http://127.0.0.1:{port}/healthz", proc) == {
-            "status": "ok",
-            "database": "sqlite",
-        }
-        proc.send_signal(sig)
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    logs = proc.stderr.read() if proc.stderr else ""
-    assert "Traceback" not in logs
-    # The database was migrated on start.
+async def test_serve_upgrades_serves_and_stops_cleanly(
+    switchboard_serve: ServeProcesses, tmp_path: Path, sig: signal.Signals
+) -> None:
+    # A database file that does not exist yet: serve creates and migrates it on start.
+    sb = switchboard_serve.new({"database_url": f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"})
+    await sb.start()
+    async with aiohttp.ClientSession() as http, http.get(f"{sb.base_url}/healthz") as resp:
+        assert await resp.json() == {"status": "ok", "database": "sqlite"}
+    assert await sb.stop(sig) == 0
+    sb.check_log()
     assert (tmp_path / "sb.db").exists()
 
 
-def test_serve_refuses_a_bad_setting_naming_the_variable(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "switchboard", "serve"],
-        env=_env(tmp_path, SWITCHBOARD_PORT="not-a-port"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: SWITCHBOARD_PORT:")
-    assert "Traceback" not in proc.stderr
+async def test_serve_refuses_a_bad_setting_naming_the_variable(switchboard_serve: ServeProcesses) -> None:
+    done = await switchboard_serve.new({"port": "not-a-port"}).run("serve", timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("error: SWITCHBOARD_PORT:")
+    assert "Traceback" not in done.stderr
 
 
-def test_db_upgrade_reports_an_unreachable_database(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "switchboard", "db", "upgrade"],
-        env=_env(tmp_path, SWITCHBOARD_DATABASE_URL="postgresql+asyncpg://nobody@127.0.0.1:1/none"),
-        capture_output=True,
-        text=True,
-        timeout=60,
+async def test_db_upgrade_reports_an_unreachable_database(switchboard_serve: ServeProcesses) -> None:
+    unreachable = {"database_url": "postgresql+asyncpg://nobody@127.0.0.1:1/none"}
+    done = await switchboard_serve.new(unreachable).run("db", "upgrade", timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.startswith("error: unavailable:") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["taken", "unresolvable"])
+async def test_serve_that_cannot_listen_says_so_in_one_line(
+    switchboard_serve: ServeProcesses, tmp_path: Path, where: str
+) -> None:
+    database = {"database_url": f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        if where == "taken":
+            listen = {"host": "127.0.0.1", "port": holder.getsockname()[1]}
+        else:
+            listen = {"host": "no-such-host.invalid", "port": 0}
+        done = await switchboard_serve.new({**database, **listen}).run("serve", timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: unavailable: cannot listen on ")
+
+
+async def test_serve_at_debug_without_a_key_logs_no_secret(
+    switchboard_serve: ServeProcesses, tmp_path: Path
+) -> None:
+    """A real `switchboard serve` at LOG_LEVEL=DEBUG with no encryption key (secrets stored in
+    plaintext). The SQLite driver logged every statement with its parameters at DEBUG (hundreds of
+    lines a second, sender-controlled titles and web CSRF tokens among them); bytes columns only
+    escaped by luck, as memoryview reprs."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
+    # upgrade() runs its own event loop, so it gets a thread of its own.
+    await asyncio.to_thread(db_mod.upgrade, url)
+    database = Database(url)
+    try:
+        human_token = (await tenancy.add_human(database, "ada"))[1]
+    finally:
+        await database.dispose()
+    sb = await switchboard_serve.start(
+        {"database_url": url, "log_level": "DEBUG", "secret_encryption_key": None}
     )
-    assert proc.returncode != 0
-    assert proc.stderr.startswith("error: unavailable:") and "Traceback" not in proc.stderr
+
+    async with aiohttp.ClientSession(base_url=sb.base_url, raise_for_status=True) as http:
+        auth = {"Authorization": f"Bearer {human_token}"}
+        async with http.post("/api/v1/endpoints", json={"name": "Ada Bot"}, headers=auth) as resp:
+            vended = await resp.json()
+        async with http.post(
+            "/api/v1/webhooks", json={"endpoint": "ada-bot", "source": "github"}, headers=auth
+        ) as resp:
+            hook = await resp.json()
+        body = b'{"zen": "hi", "hook_id": 1}'
+        headers = github_headers(hook["secret"], body, "ping", "d-1")
+        ingest_token = hook["ingest_url"].rsplit("/", 1)[1]
+        async with http.post(f"/webhooks/{ingest_token}", data=body, headers=headers) as resp:
+            assert (await resp.json())["disposition"] == "ignored"
+    assert await sb.stop() == 0
+
+    logs = sb.log()
+    assert "DEBUG" in logs  # the level really was DEBUG
+    assert "aiosqlite" not in logs and "INSERT INTO" not in logs
+    signature = headers["X-Hub-Signature-256"].split("=")[1]
+    for secret in (hook["secret"], vended["token"], human_token, ingest_token, signature):
+        assert secret not in logs

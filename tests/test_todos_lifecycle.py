@@ -14,7 +14,7 @@ from switchboard.errors import SwitchboardError
 from switchboard.ids import token_hash
 from switchboard.models import Attempt, Todo
 from switchboard.services import Services
-from tests.mcp_client import add_todo, vend
+from switchboard.testing import add_todo, vend
 
 
 async def _todo(db: Database, todo_id: str) -> Todo:

@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from switchboard import tenancy, todos
 from switchboard.ids import token_hash
 from switchboard.models import Connection, Endpoint, Reply, Team, Todo, Webhook, WebSession
+from switchboard.testing import github_headers
 from switchboard.todos import new_todo_row
 
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
@@ -772,7 +773,7 @@ async def test_without_an_encryption_key_connections_are_refused_with_a_clear_pa
 async def test_a_webhook_made_in_the_ui_delivers_to_the_board(browser: Browser, db: Any) -> None:
     """The revealed URL and secret are the real ones: a signed GitHub delivery lands on the board
     with its reply address."""
-    from fixtures.ingest_kit import fixture, fixture_bytes, github_headers
+    from fixtures.ingest_kit import fixture, fixture_bytes
 
     await browser.login(await human(db, "ada"))
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})

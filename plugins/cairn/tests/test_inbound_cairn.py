@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,6 +11,7 @@ import pytest
 import switchboard_cairn as cairn
 
 from switchboard.provider import Delivery, EchoClues
+from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "cairn"
 SECRET = "whsec_cairn_test"
@@ -25,7 +24,7 @@ def _payload(name: str) -> dict[str, Any]:
 
 def _delivery(payload: dict[str, Any], secret: str = SECRET, at: datetime = NOW, **headers: str) -> Delivery:
     body = json.dumps(payload).encode()
-    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    sig = "sha256=" + hexmac(secret, body)
     return Delivery("cairn", {"X-Cairn-Signature": sig, **headers}, body, at, SECRET)
 
 

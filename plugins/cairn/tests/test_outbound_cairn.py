@@ -10,16 +10,15 @@ import switchboard_cairn as cairn
 
 from switchboard.outbound import Outbound
 from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
-from tests.fakes import FakeProvider, Scripted, cairn_address, guarded_client
+from switchboard.testing import FakeProvider, Scripted, cairn_address, guarded_client
 
 REPLY_ID = "rp_01jddddddddddddddddddddddd"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("cairn").start()
-    yield server
-    await server.close()
+def fake(fake_cairn: FakeProvider) -> FakeProvider:
+    """The stand-in Cairn from switchboard.testing's pytest plugin."""
+    return fake_cairn
 
 
 @pytest.fixture

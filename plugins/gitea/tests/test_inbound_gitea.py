@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 import switchboard_gitea as gitea
 
 from switchboard.provider import Delivery, EchoClues, reply_marker
+from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "gitea"
 SECRET = "whsec_gitea_test"
@@ -22,7 +21,7 @@ def _body(name: str) -> bytes:
 
 
 def _sig(body: bytes, secret: str = SECRET) -> str:
-    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hexmac(secret, body)
 
 
 def _delivery(body: bytes, **headers: str) -> Delivery:

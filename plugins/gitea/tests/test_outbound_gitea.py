@@ -10,16 +10,15 @@ import switchboard_gitea as gitea
 
 from switchboard.outbound import Outbound
 from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
-from tests.fakes import FakeProvider, Scripted, forge_address, guarded_client
+from switchboard.testing import FakeProvider, Scripted, forge_address, guarded_client
 
 REPLY_ID = "rp_01jdbbbbbbbbbbbbbbbbbbbbbb"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("gitea").start()
-    yield server
-    await server.close()
+def fake(fake_gitea: FakeProvider) -> FakeProvider:
+    """The stand-in Gitea from switchboard.testing's pytest plugin."""
+    return fake_gitea
 
 
 @pytest.fixture

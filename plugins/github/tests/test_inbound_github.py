@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +11,7 @@ import pytest
 import switchboard_github as github
 
 from switchboard.provider import Address, Delivery, EchoClues, Verdict, reply_marker
+from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "github"
 SECRET = "whsec_github_test"
@@ -23,7 +22,7 @@ def _fixture(name: str) -> bytes:
 
 
 def _delivery(body: bytes, event: str, secret: str = SECRET, **headers: str) -> Delivery:
-    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    sig = "sha256=" + hexmac(secret, body)
     base = {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "X-Hub-Signature-256": sig}
     return Delivery("github", {**base, **headers}, body, datetime.now(UTC), SECRET)
 

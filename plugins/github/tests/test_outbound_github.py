@@ -10,16 +10,15 @@ import switchboard_github as github
 
 from switchboard.outbound import Outbound
 from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
-from tests.fakes import FakeProvider, Scripted, forge_address, guarded_client
+from switchboard.testing import FakeProvider, Scripted, forge_address, guarded_client
 
 REPLY_ID = "rp_01jdaaaaaaaaaaaaaaaaaaaaaa"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("github").start()
-    yield server
-    await server.close()
+def fake(fake_github: FakeProvider) -> FakeProvider:
+    """The stand-in Github from switchboard.testing's pytest plugin."""
+    return fake_github
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 import switchboard_slack as slack
 
 from switchboard.provider import Delivery, EchoClues
+from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "slack"
 # The signing secret from Slack's "Verifying requests" documentation.
@@ -25,7 +24,7 @@ def _body(name: str) -> bytes:
 def _delivery(body: bytes, ts: int | None = None, secret: str = SECRET, **extra: str) -> Delivery:
     now = datetime.now(UTC)
     stamp = str(int(now.timestamp()) if ts is None else ts)
-    sig = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    sig = hexmac(secret, b"v0:" + stamp.encode() + b":" + body)
     headers = {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={sig}", **extra}
     return Delivery("slack", headers, body, now, SECRET)
 

@@ -9,16 +9,15 @@ import switchboard_slack as slack
 
 from switchboard.outbound import Outbound
 from switchboard.provider import MARKER_EVENT_TYPE, ConnectionCheck, ReplyPost
-from tests.fakes import FakeProvider, Scripted, guarded_client, slack_address
+from switchboard.testing import FakeProvider, Scripted, guarded_client, slack_address
 
 REPLY_ID = "rp_01jdcccccccccccccccccccccc"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    server = await FakeProvider("slack").start()
-    yield server
-    await server.close()
+def fake(fake_slack: FakeProvider) -> FakeProvider:
+    """The stand-in Slack from switchboard.testing's pytest plugin."""
+    return fake_slack
 
 
 @pytest.fixture
