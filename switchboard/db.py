@@ -1,8 +1,23 @@
 """Engine, sessions and migrations for SQLite (embedded default) and PostgreSQL (production).
 
-Write transactions go through ``Database.write()``. On SQLite that issues ``BEGIN IMMEDIATE``, so
-two writers serialise on the database lock up front instead of failing on upgrade from a read lock;
-on PostgreSQL it is an ordinary transaction (row locks and ``SKIP LOCKED`` do the work there).
+Every write goes through ``Database.write()`` (an ORM session) or ``Database.writing()`` (a Core
+connection, for the hot paths that issue their own statements).
+
+On SQLite the process has one writer connection, and writes take turns on it behind an
+``asyncio.Lock``: a request waits in the event loop for its turn instead of sleeping in SQLite's
+busy handler while other connections of the same process hold the database's write lock. Each write
+still opens with ``BEGIN IMMEDIATE``, so against another process (a CLI command) it waits for the
+lock up front instead of failing on upgrade from a read lock. Reads have connections of their own
+(WAL lets them run beside the writer), opened with ``PRAGMA query_only``, so a write that strays
+into ``read()`` fails at once instead of queueing behind the writer unseen.
+
+On PostgreSQL both are the one pool (row locks and ``SKIP LOCKED`` do the work there). A pooled
+connection is not pinged before use (``pool_pre_ping`` costs three round trips per checkout with
+asyncpg); one whose socket the server closed is replaced on checkout instead (asyncpg notices the
+close), and one that fails mid-statement invalidates the pool, so the next checkout reconnects.
+
+A ``write()`` inside another ``write()`` of the same task would wait forever for the writer it
+holds itself (SQLite), so it raises ``NestedWrite`` at once on both engines.
 """
 
 from __future__ import annotations
@@ -10,21 +25,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 if TYPE_CHECKING:
     # Only for the annotation: importing alembic takes ~0.15 s and only migrations need it.
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# A pooled PostgreSQL connection is replaced after this long, so one silently cut by a firewall or
+# a proxy's idle timeout does not live forever (no ping finds it).
+PG_POOL_RECYCLE_SECONDS = 1800
 
 
 def utcnow() -> datetime:
@@ -41,6 +66,11 @@ def rfc3339(value: datetime | None) -> str | None:
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached."""
+
+
+class NestedWrite(RuntimeError):
+    """``write()`` was entered inside another ``write()`` of the same task: on SQLite it would wait
+    forever for the writer it holds itself. A programming error, never an outage."""
 
 
 # Driver exceptions (by class name, so neither driver has to be importable) that mean the server
@@ -71,7 +101,7 @@ def is_unavailable(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, IntegrityError):
+        if isinstance(current, IntegrityError | NestedWrite):
             return False
         if isinstance(
             current, DatabaseUnavailable | OSError | PoolTimeout | OperationalError | InterfaceError
@@ -86,41 +116,125 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+class _Hold:
+    """One open write, as the task that opened it sees it (through ``_WRITING``)."""
+
+    __slots__ = ("db", "open")
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.open = db, True
+
+
+# The write this task (or the task that spawned it) has open. A context variable, not the current
+# task, so a write awaited through a child task (``wait_for``, ``gather``) is caught too; a task
+# spawned inside a write that outlives it sees a closed hold and writes normally.
+_WRITING: ContextVar[_Hold | None] = ContextVar("switchboard_db_writing", default=None)
+
+
 class Database:
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
-        self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
+        parsed = make_url(url)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
         kwargs: dict[str, Any] = {"echo": echo}
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 30}
+            self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+            # An in-memory database exists once per connection: reads and writes must share it.
+            in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in url
+            if in_memory:
+                self._writer = self.engine
+            else:
+                self._writer = create_async_engine(url, pool_size=1, max_overflow=0, **kwargs)
+            _configure_sqlite(self._writer, query_only=False)
+            if self._writer is not self.engine:
+                _configure_sqlite(self.engine, query_only=True)
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            kwargs.update(pool_size=10, max_overflow=20, pool_recycle=PG_POOL_RECYCLE_SECONDS)
             # asyncpg keeps prepared statements per connection; a generic plan chosen while the
             # todos table was small (or its statistics stale) would keep scanning as the backlog
             # grows. Custom plans see the actual parameters and keep using the partial index.
             kwargs["connect_args"] = {"server_settings": {"plan_cache_mode": "force_custom_plan"}}
-        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
-        if self.is_sqlite:
-            _configure_sqlite(self.engine)
-        self._write_engine = self.engine.execution_options(sqlite_begin="BEGIN IMMEDIATE")
+            self.engine = create_async_engine(url, **kwargs)
+            self._writer = self.engine
+            _configure_postgresql(self.engine)
+        self._write_engine = self._writer.execution_options(sqlite_begin="BEGIN IMMEDIATE")
+        # PostgreSQL: a single statement is a transaction by itself; no BEGIN or COMMIT round trip.
+        self._one_statement_engine = (
+            self._write_engine
+            if self.is_sqlite
+            else self._writer.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self._read = async_sessionmaker(self.engine, expire_on_commit=False)
         self._write = async_sessionmaker(self._write_engine, expire_on_commit=False)
+        # SQLite's writer takes turns behind this lock (made on first use, in the running loop).
+        self._turn: asyncio.Lock | None = None
+        self._turn_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def dialect(self) -> str:
         return "sqlite" if self.is_sqlite else "postgresql"
 
+    @property
+    def write_engine(self) -> AsyncEngine:
+        """The engine writes run on: SQLite's single writer connection, PostgreSQL's one pool.
+        (For instrumentation, e.g. a listener catching the statements a write issues.)"""
+        return self._writer
+
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        """A session for reads; anything written is rolled back unless committed explicitly."""
+        """A session for reads; on SQLite it cannot write at all (``PRAGMA query_only``)."""
         async with self._read() as session:
             yield session
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A write transaction: committed on success, rolled back on any exception."""
-        async with self._write() as session, session.begin():
+        async with self._writer_turn(), self._write() as session, session.begin():
             yield session
+
+    @asynccontextmanager
+    async def writing(self, *, one_statement: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A Core connection for writes, in a transaction committed on success (the SQLite writer
+        under ``BEGIN IMMEDIATE``, as ``write()``).
+
+        ``one_statement``: the caller issues exactly one statement, which is then atomic by itself.
+        PostgreSQL runs it in autocommit, so the write costs one round trip instead of three
+        (BEGIN, the statement, COMMIT). SQLite has no such round trips and keeps the transaction.
+        """
+        engine = self._one_statement_engine if one_statement else self._write_engine
+        async with self._writer_turn(), engine.connect() as conn:
+            if one_statement and not self.is_sqlite:
+                yield conn
+            else:
+                async with conn.begin():
+                    yield conn
+
+    @asynccontextmanager
+    async def _writer_turn(self) -> AsyncIterator[None]:
+        hold = _WRITING.get()
+        if hold is not None and hold.open and hold.db is self:
+            raise NestedWrite("db.write() inside another db.write() of the same task would deadlock")
+        mine = _Hold(self)
+        reset = _WRITING.set(mine)
+        try:
+            if self.is_sqlite:
+                async with self._lock():
+                    yield
+            else:
+                yield
+        finally:
+            mine.open = False
+            _WRITING.reset(reset)
+
+    def _lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._turn is None or self._turn_loop is not loop:
+            # A lock belongs to one event loop; a Database reused under another loop (a CLI
+            # command's asyncio.run after an earlier one) needs a fresh one. Nobody waits on the
+            # old lock then: its loop is gone.
+            self._turn, self._turn_loop = asyncio.Lock(), loop
+        return self._turn
 
     async def ping(self, timeout: float = 2.0) -> None:
         try:
@@ -131,9 +245,11 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._writer is not self.engine:
+            await self._writer.dispose()
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _configure_sqlite(engine: AsyncEngine, *, query_only: bool) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: object) -> None:
         # Any: this is sqlite3's connection, whose isolation_level the DB-API protocol type lacks.
@@ -144,11 +260,24 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        if query_only:
+            cursor.execute("PRAGMA query_only=ON")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+def _configure_postgresql(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: object, _proxy: object) -> None:
+        # Any: SQLAlchemy's adapter around the asyncpg connection. No round trip: asyncpg marks a
+        # connection closed as soon as the server hangs up (a restart, pg_terminate_backend), and
+        # the pool answers DisconnectionError with a fresh connection.
+        raw = getattr(dbapi_connection, "_connection", None)
+        if raw is not None and raw.is_closed():
+            raise DisconnectionError("the server closed this pooled connection")
 
 
 def alembic_config(url: str) -> Config:
