@@ -52,6 +52,13 @@ _FENCE = {
     "type": "boolean",
     "description": "Return a one-time lease_token that every later call on this claim must present.",
 }
+_MAX = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": todos.CLAIM_MAX,
+    "description": f"Claim up to this many todos at once (1-{todos.CLAIM_MAX}, default 1). Above 1 the "
+    'answer is {"todos": [...]}. Only take what you will finish within the lease.',
+}
 _CREDENTIAL_WARNING = (
     " This verb hands you the owner's outbound credentials: connections are what reply posts "
     "with. You never see a secret (only fingerprints), but what you create or change here decides "
@@ -100,8 +107,10 @@ TOOLS: dict[str, types.Tool] = {
         types.Tool(
             name="claim_next",
             description="Claim the oldest pending todo (of one queue, or any of yours). Returns "
-            '{"todo": {...}} with its payload, or {"empty": true}.',
-            input_schema=_schema({"queue": _QUEUE, "lease_seconds": _LEASE, "fence": _FENCE}),
+            '{"todo": {...}} with its payload, or {"empty": true}. With max above 1, claims up to '
+            'that many at once, each with its own lease: {"todos": [...]} (and "empty": true when '
+            "there were none); complete or fail each one on its own.",
+            input_schema=_schema({"queue": _QUEUE, "lease_seconds": _LEASE, "fence": _FENCE, "max": _MAX}),
         ),
         types.Tool(
             name="heartbeat",
@@ -284,7 +293,12 @@ async def _claim_next(services: Services, endpoint: Endpoint, a: dict[str, Any])
         queue=a.get("queue"),
         lease_seconds=a.get("lease_seconds"),
         fence=a.get("fence", False),
+        max=a.get("max"),
     )
+    if a.get("max", 1) > 1:
+        # Already the batch answer: {"todos": [...]} (with "empty": true when there were none).
+        assert todo is not None
+        return todo
     return {"empty": True} if todo is None else {"todo": todo}
 
 

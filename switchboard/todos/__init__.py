@@ -3,8 +3,8 @@
 MCP, the API, the web UI and the CLI call these functions and never touch the table themselves.
 The modules are split by who uses them: ``create`` (ingest and ``todo push``), ``views`` (the JSON
 every surface shows), ``queries`` (operators and the board, by owner scope) and ``lifecycle`` (the
-agent's verbs, the lease reaper and the retry scheduler). This package re-exports their public
-names, so callers keep writing ``todos.claim_next(...)``.
+agent's verbs, the lease reaper and the retry scheduler), whose SQL is in ``statements``. This
+package re-exports their public names, so callers keep writing ``todos.claim_next(...)``.
 """
 
 from switchboard.db import rfc3339
@@ -17,6 +17,7 @@ from switchboard.todos.create import (
     push,
 )
 from switchboard.todos.lifecycle import (
+    CLAIM_MAX,
     ERROR_MAX_CHARS,
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_MAX,
@@ -27,6 +28,7 @@ from switchboard.todos.lifecycle import (
     SUMMARY_MAX_CHARS,
     SWEEP_BATCH,
     claim,
+    claim_many,
     claim_next,
     complete,
     fail,
@@ -58,6 +60,7 @@ from switchboard.todos.views import (
 
 __all__ = [
     "BOARD_STATES",
+    "CLAIM_MAX",
     "DEFAULT_MAX_ATTEMPTS",
     "ERROR_MAX_CHARS",
     "LIST_LIMIT_DEFAULT",
@@ -73,6 +76,7 @@ __all__ = [
     "TITLE_LIMIT",
     "attempt_view",
     "claim",
+    "claim_many",
     "claim_next",
     "complete",
     "encode_payload",

@@ -11,16 +11,16 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, literal, literal_column, select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_hash
-from switchboard.models import Attempt, Endpoint, Reply, Todo
+from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
+from switchboard.todos.statements import add_attempt, claim_rows, complete_row, update_open_attempt
 from switchboard.todos.views import payload_of, replies_summary, todo_detail, todo_row
 
 STATES = ("pending", "claimed", "done", "failed")
@@ -33,6 +33,8 @@ SUMMARY_MAX_CHARS = 2000
 ERROR_MAX_CHARS = 4000
 # Background passes take at most this many rows per transaction, so one pass never holds locks long.
 SWEEP_BATCH = 200
+# claim_next's ``max``: at most this many todos per call.
+CLAIM_MAX = 50
 
 
 def retry_delay(attempt: int) -> int:
@@ -78,10 +80,15 @@ def _check_token(value: Any) -> str | None:
     return value
 
 
-async def _locked_todo(s: AsyncSession, endpoint: Endpoint, todo_id: Any) -> Todo:
-    """The endpoint's todo, row-locked for this transaction (SQLite: the write lock is held)."""
+def _check_todo_id(todo_id: Any) -> str:
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise invalid("todo_id must be a todo id")
+    return todo_id
+
+
+async def _locked_todo(s: AsyncSession, endpoint: Endpoint, todo_id: Any) -> Todo:
+    """The endpoint's todo, row-locked for this transaction (SQLite: the write lock is held)."""
+    _check_todo_id(todo_id)
     todo = await s.scalar(
         select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id).with_for_update()
     )
@@ -161,90 +168,14 @@ def _lease(todo: Todo, seconds: int, fence: bool, now: datetime) -> str | None:
     return token
 
 
-# Another attempts row of the same todo, inside statements that write ``attempts`` themselves.
-_SIBLING = aliased(Attempt)
-_ATTEMPT = Attempt.__table__.c
+async def _attempt_closed(s: AsyncSession, todo: Todo, **values: Any) -> dict[str, Any]:
+    """Close or update the todo's open attempt; the todo's replies summary (read separately when
+    the todo has no open attempt)."""
+    replies = await update_open_attempt(s, todo.id, **values)
+    return replies if replies is not None else (await replies_summary(s, [todo.id]))[todo.id]
 
 
-def _summary_columns(todo_id: str) -> tuple[Any, Any, Any]:
-    """The replies summary of one todo as three scalar subqueries, so a lifecycle write can return
-    it instead of two more round trips. ``todo_id`` is a value, not a column: SQLite renders
-    RETURNING columns unqualified, which would make a correlated subquery compare replies to
-    themselves."""
-    latest = select(Reply).where(Reply.todo_id == todo_id).order_by(Reply.created_at.desc(), Reply.id.desc())
-    return (
-        select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id).scalar_subquery(),
-        latest.with_only_columns(Reply.state).limit(1).scalar_subquery(),
-        latest.with_only_columns(Reply.permalink).limit(1).scalar_subquery(),
-    )
-
-
-def _summary_of(count: int | None, last_state: str | None, last_permalink: str | None) -> dict[str, Any]:
-    """The same dict as ``replies_summary`` gives, from ``_summary_columns`` values."""
-    if not count:
-        return {"count": 0, "last_state": None, "last_permalink": None}
-    return {"count": count, "last_state": last_state, "last_permalink": last_permalink}
-
-
-async def _add_attempt(
-    s: AsyncSession, todo_id: str, endpoint_id: str, now: datetime, lease_expires_at: datetime
-) -> dict[str, Any]:
-    """Insert the claim's attempt row and return the todo's replies summary, in one statement.
-
-    Attempts are numbered by claims, not by ``todo.attempt``: a release gives the attempt back but
-    keeps its row in the history, so the number is the todo's highest one plus one. The statement
-    runs after the claim locked the todo, so it sees every earlier attempt and reply (a separate
-    read there would see the same).
-    """
-    numbered = select(
-        literal(new_id("at"), _ATTEMPT.id.type),
-        literal(todo_id, _ATTEMPT.todo_id.type),
-        func.coalesce(func.max(_SIBLING.number), 0) + 1,
-        literal(endpoint_id, _ATTEMPT.endpoint_id.type),
-        literal(now, _ATTEMPT.claimed_at.type),
-        literal(lease_expires_at, _ATTEMPT.lease_expires_at.type),
-        literal(0, _ATTEMPT.heartbeats.type),
-    ).where(_SIBLING.todo_id == todo_id)
-    row = (
-        await s.execute(
-            insert(Attempt)
-            .from_select(
-                ["id", "todo_id", "number", "endpoint_id", "claimed_at", "lease_expires_at", "heartbeats"],
-                numbered,
-            )
-            .returning(*_summary_columns(todo_id))
-        )
-    ).one()
-    return _summary_of(*row)
-
-
-async def _update_open_attempt(s: AsyncSession, todo: Todo, **values: Any) -> dict[str, Any]:
-    """Update the todo's open attempt (its newest unended one), if any, and return the todo's replies
-    summary, in one statement. Called after the todo's row lock, like the separate reads it replaces."""
-    open_attempt = (
-        select(_SIBLING.id)
-        .where(_SIBLING.todo_id == todo.id, _SIBLING.ended_at.is_(None))
-        .order_by(_SIBLING.number.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    row = (
-        await s.execute(
-            update(Attempt)
-            .where(Attempt.id == open_attempt)
-            .values(**values)
-            .returning(*_summary_columns(todo.id))
-            .execution_options(synchronize_session=False)
-        )
-    ).first()
-    if row is None:
-        # No open attempt (every claim opens one, but a todo row edited by hand may lack it; the
-        # verbs never required one): the summary then needs its own read.
-        return (await replies_summary(s, [todo.id]))[todo.id]
-    return _summary_of(*row)
-
-
-def _claimed_view(row: dict[str, Any], todo: Todo, token: str | None) -> dict[str, Any]:
+def _claimed_view(row: dict[str, Any], todo: Todo | Any, token: str | None) -> dict[str, Any]:
     out = {**row, "payload": payload_of(todo)}
     if token is not None:
         # Shown once: only its hash is stored.
@@ -299,56 +230,78 @@ async def claim(
             detail = " (dead-lettered)" if todo.dead_letter else ""
             raise conflict(f"todo {todo.id} is {todo.state}{detail}, not pending")
         token = _lease(todo, seconds, fence, now)
-        replies = await _add_attempt(s, todo.id, endpoint.id, now, now + timedelta(seconds=seconds))
+        replies = await add_attempt(
+            s, new_id("at"), todo.id, endpoint.id, now, now + timedelta(seconds=seconds)
+        )
         return _claimed_view(todo_row(todo, replies), todo, token)
 
 
 async def claim_next(
-    db: Database, endpoint: Endpoint, *, queue: Any = None, lease_seconds: Any = None, fence: Any = False
+    db: Database,
+    endpoint: Endpoint,
+    *,
+    queue: Any = None,
+    lease_seconds: Any = None,
+    fence: Any = False,
+    max: Any = None,
 ) -> dict[str, Any] | None:
-    """Claim the oldest pending todo of the endpoint (optionally of one queue), or None.
+    """Claim the oldest pending todo of the endpoint (optionally of one queue): the claimed view, or
+    None. With ``max`` above 1, up to that many, oldest first, each with its own lease (and its own
+    ``lease_token`` when fenced): ``{"todos": [...]}``, plus ``"empty": true`` when there were none.
 
-    One statement picks and claims: PostgreSQL skips rows another claimer has locked
-    (``FOR UPDATE SKIP LOCKED``), SQLite runs it under the ``BEGIN IMMEDIATE`` write lock. Either
-    way two claimers never get the same todo, and the pick walks ``ix_todos_claimable`` so its cost
-    does not grow with the backlog.
+    Two claimers never get the same todo, and the pick walks ``ix_todos_claimable`` so its cost does
+    not grow with the backlog (``statements.claim_rows``).
     """
+    many = _claim_max(max)
+    claimed = await claim_many(
+        db, endpoint, queue=queue, lease_seconds=lease_seconds, fence=fence, limit=many
+    )
+    if many == 1:
+        return claimed[0] if claimed else None
+    return {"todos": claimed, "empty": True} if not claimed else {"todos": claimed}
+
+
+def _claim_max(value: Any) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CLAIM_MAX:
+        raise invalid(f"max must be an integer between 1 and {CLAIM_MAX}")
+    return value
+
+
+async def claim_many(
+    db: Database,
+    endpoint: Endpoint,
+    *,
+    queue: Any = None,
+    lease_seconds: Any = None,
+    fence: Any = False,
+    limit: int = 1,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` of the oldest pending todos; their claimed views, oldest first."""
     seconds = _lease_seconds(endpoint, lease_seconds)
     if not isinstance(fence, bool):
         raise invalid("fence must be a boolean")
     queues = [_granted_queue(endpoint, queue)] if queue is not None else list(endpoint.queues)
     now = utcnow()
-    token = new_token("sbl") if fence else None
-    pick = (
-        select(Todo.id)
-        # The state as a literal, so that even a generic (prepared) plan can use the partial index.
-        .where(Todo.endpoint_id == endpoint.id, Todo.state == literal_column("'pending'"))
-        .where(Todo.queue == queues[0] if len(queues) == 1 else Todo.queue.in_(queues))
-        .order_by(Todo.created_at)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    async with db.write() as s:
-        todo = await s.scalar(
-            update(Todo)
-            .where(Todo.id == pick, Todo.state == "pending")
-            .values(
-                state="claimed",
-                attempt=Todo.attempt + 1,
-                lease_expires_at=now + timedelta(seconds=seconds),
-                lease_token_hash=token_hash(token) if token else None,
-                next_retry_at=None,
-                next_ring_at=None,
-                updated_at=now,
-            )
-            .returning(Todo)
-            .execution_options(synchronize_session=False)
+    # One token (fenced) and one attempt id per todo that may be claimed; the unused are dropped.
+    tokens = [new_token("sbl") for _ in range(limit)] if fence else []
+    hashes = {token_hash(t): t for t in tokens}
+    async with db.writing(one_statement=not db.is_sqlite) as conn:
+        rows = await claim_rows(
+            conn,
+            sqlite=db.is_sqlite,
+            endpoint_id=endpoint.id,
+            queues=queues,
+            now=now,
+            lease_expires_at=now + timedelta(seconds=seconds),
+            token_hashes=list(hashes) if fence else [None] * limit,
+            attempt_ids=[new_id("at") for _ in range(limit)],
         )
-        if todo is None:
-            return None
-        replies = await _add_attempt(s, todo.id, endpoint.id, now, now + timedelta(seconds=seconds))
-        return _claimed_view(todo_row(todo, replies), todo, token)
+    return [
+        _claimed_view(todo_row(row, replies), row, hashes.get(row.lease_token_hash) if fence else None)
+        for row, replies in rows
+    ]
 
 
 async def heartbeat(
@@ -363,7 +316,7 @@ async def heartbeat(
         _held(todo, token, now)
         todo.lease_expires_at = now + timedelta(seconds=seconds)
         todo.updated_at = now
-        replies = await _update_open_attempt(
+        replies = await _attempt_closed(
             s,
             todo,
             heartbeats=Attempt.heartbeats + 1,
@@ -382,25 +335,45 @@ async def complete(
     summary: Any = None,
     lease_token: Any = None,
 ) -> dict[str, Any]:
+    """Finish a todo the caller holds (``statements.complete_row``: one round trip on PostgreSQL)."""
+    todo_id = _check_todo_id(todo_id)
     summary = _text(summary, "summary", SUMMARY_MAX_CHARS)
     token = _check_token(lease_token)
     if result is not None and len(json.dumps(result, default=str)) > RESULT_MAX_BYTES:
         raise invalid("result is larger than 1 MiB")
     now = utcnow()
-    async with db.write() as s:
-        todo = await _locked_todo(s, endpoint, todo_id)
-        _held(todo, token, now)
-        replies = await _update_open_attempt(
-            s, todo, outcome="completed", ended_at=now, summary=summary, error=None
+    async with db.writing(one_statement=not db.is_sqlite) as conn:
+        done = await complete_row(
+            conn,
+            sqlite=db.is_sqlite,
+            todo_id=todo_id,
+            endpoint_id=endpoint.id,
+            token_hash=token_hash(token) if token is not None else None,
+            now=now,
+            result=result,
+            summary=summary,
         )
-        todo.state = "done"
-        todo.result = result
-        todo.lease_expires_at = None
-        todo.lease_token_hash = None
-        todo.next_ring_at = None
-        todo.finished_at, todo.finished_by = now, endpoint.id
-        todo.updated_at = now
-        return todo_row(todo, replies)
+    if done is None:
+        raise await _refusal(db, endpoint, todo_id, token, now)
+    row, replies = done
+    return todo_row(row, replies)
+
+
+async def _refusal(
+    db: Database, endpoint: Endpoint, todo_id: str, token: str | None, now: datetime
+) -> SwitchboardError:
+    """Why a verb that wrote nothing refused: the same error ``_held`` gives under the row lock."""
+    async with db.read() as s:
+        todo = await s.scalar(select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id))
+    if todo is None:
+        return not_found(f"todo {todo_id!r}")
+    try:
+        _held(todo, token, now)
+    except SwitchboardError as exc:
+        return exc
+    # Held now, but not when the write ran: the todo changed hands in between (its lease expired,
+    # it was re-pended and claimed again), so this caller's claim is gone.
+    return conflict(f"todo {todo_id} changed while this call ran: the lease was lost")
 
 
 async def fail(
@@ -421,7 +394,7 @@ async def fail(
         todo = await _locked_todo(s, endpoint, todo_id)
         _held(todo, token, now)
         last = todo.attempt >= todo.max_attempts
-        replies = await _update_open_attempt(
+        replies = await _attempt_closed(
             s, todo, outcome="dead_lettered" if last else "failed", ended_at=now, summary=summary, error=error
         )
         if last:
@@ -446,9 +419,7 @@ async def release(
     async with db.write() as s:
         todo = await _locked_todo(s, endpoint, todo_id)
         _held(todo, token, now)
-        replies = await _update_open_attempt(
-            s, todo, outcome="released", ended_at=now, summary=None, error=None
-        )
+        replies = await _attempt_closed(s, todo, outcome="released", ended_at=now, summary=None, error=None)
         todo.attempt = max(todo.attempt - 1, 0)
         _back_to_pending(todo, now)
         return todo_row(todo, replies)

@@ -46,7 +46,8 @@ def public_reply_to(reply_to: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def todo_row(todo: Todo, replies: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A todo as MCP, the API and the CLI show it (SPEC §5.2), without its payload."""
+    """A todo as MCP, the API and the CLI show it (SPEC §5.2), without its payload. ``todo`` may
+    also be a row a lifecycle statement returned (``statements.VIEW``): it is read by attribute."""
     return {
         "id": todo.id,
         "queue": todo.queue,

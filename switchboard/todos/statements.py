@@ -1,0 +1,395 @@
+"""The statements behind the lifecycle verbs, in SQLAlchemy Core: no ORM unit of work on the hot path.
+
+``claim_rows`` and ``complete_row`` are the two verbs every agent calls once per todo. On PostgreSQL
+each is ONE statement (data-modifying CTEs), run in autocommit, so it costs one round trip; on
+SQLite each is an ``UPDATE … RETURNING`` plus the attempt row, inside the writer's one transaction.
+The other verbs (``claim`` by id, ``heartbeat``, ``fail``, ``release``) lock the todo through the
+ORM and use ``add_attempt`` / ``update_open_attempt`` for their attempt row.
+
+Every statement returns what ``todo_row`` shows (``VIEW``) and the todo's replies summary, so a
+verb never reads again after writing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    Table,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.sql.elements import Grouping
+
+from switchboard.models import Attempt, Reply, Todo
+
+# Tables (the ORM types ``__table__`` as any FromClause; these are tables).
+_TODOS = cast(Table, Todo.__table__)
+_ATTEMPTS = cast(Table, Attempt.__table__)
+_REPLIES = cast(Table, Reply.__table__)
+T = _TODOS.c
+A = _ATTEMPTS.c
+R = _REPLIES.c
+# Another attempts row, inside statements that write ``attempts`` themselves (an unaliased
+# subquery would correlate to the row being written).
+_PRIOR = _ATTEMPTS.alias("prior")
+_STRINGS = ARRAY(String)
+
+# The columns ``todo_row`` shows: every verb's statement returns exactly these.
+VIEW = (
+    T.id,
+    T.queue,
+    T.source,
+    T.kind,
+    T.title,
+    T.state,
+    T.attempt,
+    T.max_attempts,
+    T.lease_expires_at,
+    T.next_retry_at,
+    T.dead_letter,
+    T.created_at,
+    T.updated_at,
+    T.payload_size,
+    T.reply_to,
+)
+# The state as a literal, so that even a generic (prepared) plan can use the partial indexes.
+PENDING: ColumnElement[str] = literal_column("'pending'")
+CLAIMED: ColumnElement[str] = literal_column("'claimed'")
+
+Executor = AsyncConnection | AsyncSession
+# A written todo as its statement returned it (a Row, read by attribute as ``todo_row`` reads a
+# Todo), with its replies summary.
+Claimed = tuple[Any, dict[str, Any]]
+
+
+def summary_of(count: int | None, last_state: str | None, last_permalink: str | None) -> dict[str, Any]:
+    """The same dict as ``views.replies_summary`` gives, from ``summary_columns`` values."""
+    if not count:
+        return {"count": 0, "last_state": None, "last_permalink": None}
+    return {"count": count, "last_state": last_state, "last_permalink": last_permalink}
+
+
+def summary_columns(todo_id: Any) -> tuple[Any, Any, Any]:
+    """The replies summary of one todo as three scalar subqueries (count, last state, last
+    permalink), so a write can return it instead of two more round trips. ``todo_id`` is the todo's
+    id: a value, a CTE's column, or (in a SQLite ``RETURNING``) a column written out qualified,
+    since SQLite renders ``RETURNING`` columns unqualified and a correlated subquery would then
+    compare replies to themselves."""
+    latest = select(R.state).where(R.todo_id == todo_id).order_by(R.created_at.desc(), R.id.desc()).limit(1)
+    return (
+        select(func.count()).select_from(_REPLIES).where(R.todo_id == todo_id).scalar_subquery(),
+        latest.scalar_subquery(),
+        latest.with_only_columns(R.permalink).scalar_subquery(),
+    )
+
+
+def _next_number(todo_id: Any) -> Any:
+    """Attempts are numbered by claims, not by ``todo.attempt``: a release gives the attempt back but
+    keeps its row in the history, so the number is the todo's highest one plus one. Run after the
+    claim locked the todo, so it sees every earlier attempt."""
+    return (
+        select(func.coalesce(func.max(_PRIOR.c.number), 0) + 1)
+        .where(_PRIOR.c.todo_id == todo_id)
+        .scalar_subquery()
+    )
+
+
+def _attempt_values(
+    attempt_id: Any, todo_id: Any, endpoint_id: str, now: datetime, lease_expires_at: datetime
+) -> tuple[Any, ...]:
+    return (
+        attempt_id,
+        todo_id,
+        _next_number(todo_id),
+        literal(endpoint_id, A.endpoint_id.type),
+        literal(now, A.claimed_at.type),
+        literal(lease_expires_at, A.lease_expires_at.type),
+        literal(0, A.heartbeats.type),
+    )
+
+
+_ATTEMPT_COLUMNS = ["id", "todo_id", "number", "endpoint_id", "claimed_at", "lease_expires_at", "heartbeats"]
+
+
+async def add_attempt(
+    s: Executor, attempt_id: str, todo_id: str, endpoint_id: str, now: datetime, lease_expires_at: datetime
+) -> dict[str, Any]:
+    """Insert a claim's attempt row and return the todo's replies summary, in one statement."""
+    numbered = select(
+        *_attempt_values(
+            literal(attempt_id, A.id.type),
+            literal(todo_id, A.todo_id.type),
+            endpoint_id,
+            now,
+            lease_expires_at,
+        )
+    )
+    row = (
+        await s.execute(
+            insert(_ATTEMPTS).from_select(_ATTEMPT_COLUMNS, numbered).returning(*summary_columns(todo_id))
+        )
+    ).one()
+    return summary_of(*row)
+
+
+def _open_attempt(todo_id: Any) -> Any:
+    """The todo's open attempt (its newest unended one)."""
+    return (
+        select(_PRIOR.c.id)
+        .where(_PRIOR.c.todo_id == todo_id, _PRIOR.c.ended_at.is_(None))
+        .order_by(_PRIOR.c.number.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+async def update_open_attempt(s: Executor, todo_id: str, **values: Any) -> dict[str, Any] | None:
+    """Update the todo's open attempt and return the todo's replies summary, in one statement; None
+    when it has no open attempt (every claim opens one, but a todo row edited by hand may lack it;
+    the verbs never required one). Called after the todo is locked."""
+    row = (
+        await s.execute(
+            update(_ATTEMPTS)
+            .where(A.id == _open_attempt(todo_id))
+            .values(**values)
+            .returning(*summary_columns(todo_id))
+        )
+    ).first()
+    return None if row is None else summary_of(*row)
+
+
+# ---------------------------------------------------------------------------------------------
+# claim_next
+
+
+def _pick(endpoint_id: str, queues: Sequence[str], limit: int) -> Any:
+    """The oldest pending todos of the endpoint (in its queues), walking ``ix_todos_claimable``."""
+    return (
+        select(T.id, T.created_at)
+        .where(T.endpoint_id == endpoint_id, T.state == PENDING)
+        .where(T.queue == queues[0] if len(queues) == 1 else T.queue.in_(queues))
+        .order_by(T.created_at)
+        .limit(limit)
+    )
+
+
+def _claimed_values(now: datetime, lease_expires_at: datetime, token_hash: Any) -> dict[str, Any]:
+    return {
+        "state": "claimed",
+        "attempt": T.attempt + 1,
+        "lease_expires_at": lease_expires_at,
+        "lease_token_hash": token_hash,
+        "next_retry_at": None,
+        "next_ring_at": None,
+        "updated_at": now,
+    }
+
+
+async def claim_rows(
+    conn: AsyncConnection,
+    *,
+    sqlite: bool,
+    endpoint_id: str,
+    queues: Sequence[str],
+    now: datetime,
+    lease_expires_at: datetime,
+    token_hashes: list[str | None],
+    attempt_ids: list[str],
+) -> list[Claimed]:
+    """Claim up to ``len(attempt_ids)`` of the oldest pending todos: each gets the lease, its own
+    token hash (``token_hashes``, in claim order; None unfenced) and an attempt row. Returns the
+    claimed todos, oldest first: each row (``VIEW``, ``payload``, ``lease_token_hash``) with the
+    todo's replies summary.
+
+    PostgreSQL: one statement. The pick skips rows another claimer has locked
+    (``FOR UPDATE SKIP LOCKED``), so two claimers never get the same todo. SQLite: the pick and the
+    update are one ``UPDATE … FROM … RETURNING`` under the writer's ``BEGIN IMMEDIATE``, the attempt
+    rows a second statement in the same transaction.
+    """
+    limit = len(attempt_ids)
+    if sqlite:
+        return await _claim_rows_sqlite(
+            conn, endpoint_id, queues, now, lease_expires_at, token_hashes, attempt_ids, limit
+        )
+    picked = _pick(endpoint_id, queues, limit).with_for_update(skip_locked=True).cte("picked")
+    numbered = select(
+        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
+    ).cte("numbered")
+    # Arrays indexed by the claim's rank: the n-th claimed todo gets the n-th token hash and id.
+    hashes = Grouping(literal(token_hashes, _STRINGS))
+    ids = Grouping(literal(attempt_ids, _STRINGS))
+    claimed = (
+        update(_TODOS)
+        .where(T.id == numbered.c.id, T.state == PENDING)
+        .values(**_claimed_values(now, lease_expires_at, hashes[numbered.c.rn]))
+        .returning(*VIEW, T.payload, T.lease_token_hash, numbered.c.rn)
+        .cte("claimed")
+    )
+    attempts = (
+        insert(_ATTEMPTS)
+        .from_select(
+            _ATTEMPT_COLUMNS,
+            select(*_attempt_values(ids[claimed.c.rn], claimed.c.id, endpoint_id, now, lease_expires_at)),
+        )
+        .cte("attempts_added")
+    )
+    count, state, permalink = summary_columns(claimed.c.id)
+    statement = (
+        select(
+            *(claimed.c[c.name] for c in VIEW),
+            claimed.c.payload,
+            claimed.c.lease_token_hash,
+            count.label("reply_count"),
+            state.label("reply_state"),
+            permalink.label("reply_permalink"),
+        )
+        .order_by(claimed.c.rn)
+        # Referenced by nothing, so added explicitly: PostgreSQL runs a data-modifying CTE anyway.
+        .add_cte(attempts)
+    )
+    return [(r, _replies_of(r)) for r in (await conn.execute(statement)).all()]
+
+
+async def _claim_rows_sqlite(
+    conn: AsyncConnection,
+    endpoint_id: str,
+    queues: Sequence[str],
+    now: datetime,
+    lease_expires_at: datetime,
+    token_hashes: list[str | None],
+    attempt_ids: list[str],
+    limit: int,
+) -> list[Claimed]:
+    picked = _pick(endpoint_id, queues, limit).subquery("picked")
+    numbered = select(
+        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
+    ).subquery("numbered")
+    # SQLite has no arrays: the n-th token hash is the n-th element of a JSON list.
+    token_hash = func.json_extract(json.dumps(token_hashes), func.printf("$[%d]", numbered.c.rn - 1))
+    rows = list(
+        (
+            await conn.execute(
+                update(_TODOS)
+                .where(T.id == numbered.c.id, T.state == PENDING)
+                .values(**_claimed_values(now, lease_expires_at, token_hash))
+                .returning(*VIEW, T.payload, T.lease_token_hash)
+            )
+        ).all()
+    )
+    if not rows:
+        return []
+    # RETURNING comes in no particular order: claim order is age order, as the pick's.
+    rows.sort(key=lambda r: (r.created_at, r.id))
+    added = (
+        await conn.execute(
+            insert(_ATTEMPTS)
+            .values(
+                [
+                    dict(
+                        zip(
+                            _ATTEMPT_COLUMNS,
+                            _attempt_values(aid, r.id, endpoint_id, now, lease_expires_at),
+                            strict=True,
+                        )
+                    )
+                    for aid, r in zip(attempt_ids, rows, strict=False)
+                ]
+            )
+            .returning(A.todo_id, *summary_columns(literal_column("attempts.todo_id")))
+        )
+    ).all()
+    summaries = {a[0]: summary_of(*a[1:]) for a in added}
+    return [(r, summaries[r.id]) for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# complete
+
+
+def held_by_caller(
+    todo_id: str, endpoint_id: str, token_hash: str | None, now: datetime
+) -> ColumnElement[bool]:
+    """The todo is the endpoint's and the caller holds its claim: ``lifecycle._held`` in SQL (claimed,
+    the lease not expired, the token the claim's: both absent, or the same hash)."""
+    return (
+        (T.id == todo_id)
+        & (T.endpoint_id == endpoint_id)
+        & (T.state == CLAIMED)
+        & (T.lease_expires_at > now)
+        & T.lease_token_hash.is_not_distinct_from(token_hash)
+    )
+
+
+async def complete_row(
+    conn: AsyncConnection,
+    *,
+    sqlite: bool,
+    todo_id: str,
+    endpoint_id: str,
+    token_hash: str | None,
+    now: datetime,
+    result: Any,
+    summary: str | None,
+) -> Claimed | None:
+    """Finish a todo the caller holds and close its open attempt; its ``VIEW`` row with its replies
+    summary, or None when the caller does not hold it (nothing is written then).
+
+    PostgreSQL: one statement (the todo's update, the attempt's, the summary). SQLite: the todo's
+    ``UPDATE … RETURNING`` and the attempt's, in the writer's transaction.
+    """
+    done_values = {
+        "state": "done",
+        "result": result,
+        "lease_expires_at": None,
+        "lease_token_hash": None,
+        "next_ring_at": None,
+        "finished_at": now,
+        "finished_by": endpoint_id,
+        "updated_at": now,
+    }
+    closed_values = {"outcome": "completed", "ended_at": now, "summary": summary, "error": None}
+    done = update(_TODOS).where(held_by_caller(todo_id, endpoint_id, token_hash, now)).values(**done_values)
+    if sqlite:
+        row = (await conn.execute(done.returning(*VIEW))).first()
+        if row is None:
+            return None
+        replies = await update_open_attempt(conn, todo_id, **closed_values)
+        return row, replies if replies is not None else await _summary(conn, todo_id)
+    finished = done.returning(*VIEW).cte("finished")
+    closed = (
+        update(_ATTEMPTS)
+        .where(A.id == _open_attempt(todo_id), exists(select(finished.c.id)))
+        .values(**closed_values)
+        .cte("attempt_closed")
+    )
+    count, state, permalink = summary_columns(finished.c.id)
+    statement = select(
+        *(finished.c[c.name] for c in VIEW),
+        count.label("reply_count"),
+        state.label("reply_state"),
+        permalink.label("reply_permalink"),
+    ).add_cte(closed)
+    found = (await conn.execute(statement)).first()
+    return None if found is None else (found, _replies_of(found))
+
+
+async def _summary(conn: AsyncConnection, todo_id: str) -> dict[str, Any]:
+    row = (await conn.execute(select(*summary_columns(todo_id)))).one()
+    return summary_of(*row)
+
+
+def _replies_of(row: Any) -> dict[str, Any]:
+    return summary_of(row.reply_count, row.reply_state, row.reply_permalink)

@@ -1,0 +1,305 @@
+"""The claim hot path (issue 12): batch claims (``claim_next`` with ``max``), the lean ``claim_next``
+and ``complete`` statements, SQLite's single writer, and the nested-write guard; on whichever engine
+the run uses (the engine-specific tests skip on the other)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, insert, select, text
+from sqlalchemy.exc import OperationalError
+
+from switchboard import todos
+from switchboard.db import Database, NestedWrite
+from switchboard.errors import SwitchboardError
+from switchboard.models import Attempt, Human, Todo
+from switchboard.testing import add_todo, connect, vend
+
+
+async def _code(coro: Any) -> str:
+    with pytest.raises(SwitchboardError) as err:
+        await coro
+    return err.value.code
+
+
+async def _attempts(db: Database, todo_id: str) -> list[Attempt]:
+    async with db.read() as s:
+        query = select(Attempt).where(Attempt.todo_id == todo_id).order_by(Attempt.number)
+        return list((await s.scalars(query)).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch claims
+
+
+async def test_claim_next_max_5_returns_five_distinct_todos_each_with_its_own_lease(db: Database) -> None:
+    ep, _ = await vend(db)
+    ids = [(await add_todo(db, ep, title=f"t{i}", payload={"i": i})).id for i in range(7)]
+    answer = await todos.claim_next(db, ep, max=5, fence=True, lease_seconds=120)
+    assert answer is not None and set(answer) == {"todos"}
+    got = answer["todos"]
+    # The five oldest, oldest first, each claimed with its payload and its own one-time token.
+    assert [t["id"] for t in got] == ids[:5]
+    assert [t["payload"] for t in got] == [{"i": i} for i in range(5)]
+    assert all(t["state"] == "claimed" and t["attempt"] == 1 and t["lease_expires_at"] for t in got)
+    tokens = [t["lease_token"] for t in got]
+    assert len(set(tokens)) == 5 and all(t.startswith("sbl_") for t in tokens)
+    for todo in got:
+        [attempt] = await _attempts(db, todo["id"])
+        assert (attempt.number, attempt.endpoint_id, attempt.ended_at) == (1, ep.id, None)
+    # Each token is its own todo's: another todo's token is refused, its own completes it.
+    assert await _code(todos.complete(db, ep, got[0]["id"], lease_token=tokens[1])) == "conflict"
+    for todo, token in zip(got, tokens, strict=True):
+        assert (await todos.complete(db, ep, todo["id"], lease_token=token))["state"] == "done"
+    # Fewer left than asked for: what there is; then none, said the same way.
+    rest = await todos.claim_next(db, ep, max=5)
+    assert rest is not None and [t["id"] for t in rest["todos"]] == ids[5:]
+    assert all("lease_token" not in t for t in rest["todos"])
+    assert await todos.claim_next(db, ep, max=5) == {"todos": [], "empty": True}
+
+
+async def test_max_1_or_absent_answers_exactly_as_before(db: Database) -> None:
+    ep, _ = await vend(db)
+    first, second = await add_todo(db, ep), await add_todo(db, ep)
+    one = await todos.claim_next(db, ep, max=1)
+    plain = await todos.claim_next(db, ep)
+    assert one is not None and plain is not None
+    assert (one["id"], plain["id"]) == (first.id, second.id)
+    assert set(one) == set(plain) and "todos" not in one
+    assert await todos.claim_next(db, ep, max=1) is None
+
+
+@pytest.mark.parametrize("bad", [0, 51, -1, "5", 2.0, True])
+async def test_max_out_of_range_is_refused_and_claims_nothing(db: Database, bad: Any) -> None:
+    ep, _ = await vend(db)
+    todo = await add_todo(db, ep)
+    assert await _code(todos.claim_next(db, ep, max=bad)) == "invalid_argument"
+    assert (await todos.get_todo(db, ep, todo.id))["state"] == "pending"
+
+
+async def test_two_concurrent_batch_claimers_get_disjoint_todos(db: Database) -> None:
+    ep, _ = await vend(db)
+    for i in range(50):
+        await add_todo(db, ep, title=f"t{i}")
+
+    async def drain() -> list[str]:
+        got: list[str] = []
+        while True:
+            answer = await todos.claim_next(db, ep, max=5)
+            assert answer is not None
+            if answer.get("empty"):
+                return got
+            assert 1 <= len(answer["todos"]) <= 5
+            got += [t["id"] for t in answer["todos"]]
+
+    first, second = await asyncio.gather(drain(), drain())
+    assert not set(first) & set(second)
+    assert len(first) + len(second) == 50 and len(set(first + second)) == 50
+
+
+async def test_batch_claims_over_mcp(db: Database, base_url: str) -> None:
+    ep, token = await vend(db)
+    ids = [(await add_todo(db, ep, title=f"t{i}")).id for i in range(3)]
+    async with connect(base_url, token, ep) as agent:
+        [tool] = [t for t in (await agent.client.list_tools()).tools if t.name == "claim_next"]
+        assert tool.input_schema["properties"]["max"] == {
+            **tool.input_schema["properties"]["max"],
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 50,
+        }
+        for bad in (0, 51, "2"):
+            assert (await agent.error("claim_next", max=bad))["error"] == "invalid_argument"
+        single = await agent.ok("claim_next", max=1)
+        assert set(single) == {"todo"} and single["todo"]["id"] == ids[0]
+        batch = await agent.ok("claim_next", max=5, fence=True)
+        assert set(batch) == {"todos"} and [t["id"] for t in batch["todos"]] == ids[1:]
+        assert all(t["lease_token"].startswith("sbl_") for t in batch["todos"])
+        assert await agent.ok("claim_next", max=5) == {"todos": [], "empty": True}
+        assert await agent.ok("claim_next") == {"empty": True}
+        done = await agent.ok("complete", todo_id=ids[1], lease_token=batch["todos"][0]["lease_token"])
+        assert done["state"] == "done"
+
+
+# ---------------------------------------------------------------------------------------------
+# The lean statements return what every other path shows
+
+
+async def test_claim_next_and_complete_show_the_same_row_as_a_read(db: Database) -> None:
+    ep, _ = await vend(db)
+    todo = await add_todo(db, ep, payload={"x": [1, 2]})
+    claimed = await todos.claim_next(db, ep)
+    assert claimed is not None
+    [listed] = await todos.list_todos(db, ep)
+    assert {k: v for k, v in claimed.items() if k != "payload"} == listed
+    assert claimed["payload"] == {"x": [1, 2]}
+    done = await todos.complete(db, ep, todo.id, result={"ok": True}, summary="merged")
+    [listed] = await todos.list_todos(db, ep)
+    assert done == listed
+    detail = await todos.get_todo(db, ep, todo.id)
+    assert detail["result"] == {"ok": True} and detail["finished_at"] is not None
+    assert [(a["outcome"], a["summary"]) for a in detail["attempts"]] == [("completed", "merged")]
+
+
+async def test_complete_refuses_with_the_reason_and_writes_nothing(db: Database) -> None:
+    ep, _ = await vend(db)
+    other, _ = await vend(db)
+    todo = await add_todo(db, ep)
+    assert await _code(todos.complete(db, ep, todo.id)) == "conflict"  # pending, never claimed
+    assert await _code(todos.complete(db, other, todo.id)) == "not_found"
+    assert await _code(todos.complete(db, ep, "td_missing")) == "not_found"
+    assert await _code(todos.complete(db, ep, "")) == "invalid_argument"
+    claimed = await todos.claim_next(db, ep, fence=True)
+    assert claimed is not None
+    with pytest.raises(SwitchboardError, match="pass its lease_token"):
+        await todos.complete(db, ep, todo.id)
+    assert (await todos.get_todo(db, ep, todo.id))["state"] == "claimed"
+    assert [a.outcome for a in await _attempts(db, todo.id)] == [None]
+
+
+async def test_claim_next_and_complete_are_one_autocommit_statement_on_postgresql(db: Database) -> None:
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's round trips; SQLite has none to save")
+    ep, _ = await vend(db)
+    todo = await add_todo(db, ep)
+    seen: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, _cursor: Any, statement: str, _params: Any, _ctx: Any, _many: bool) -> None:
+        seen.append((statement.split()[0].upper(), conn.get_execution_options().get("isolation_level")))
+
+    event.listen(db.write_engine.sync_engine, "before_cursor_execute", grab)
+    try:
+        await todos.claim_next(db, ep)
+        await todos.complete(db, ep, todo.id, result={"ok": True})
+    finally:
+        event.remove(db.write_engine.sync_engine, "before_cursor_execute", grab)
+    # One statement each, outside any transaction block: no BEGIN and no COMMIT round trip.
+    assert seen == [("WITH", "AUTOCOMMIT"), ("WITH", "AUTOCOMMIT")]
+
+
+async def test_a_dropped_postgresql_connection_is_replaced_without_an_error(db: Database) -> None:
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's pooled connections")
+    ep, _ = await vend(db)
+    for _ in range(3):
+        await add_todo(db, ep)
+    assert await todos.claim_next(db, ep) is not None  # the pool now holds a live connection
+    killer = Database(db.url)
+    try:
+        async with killer.engine.connect() as conn:
+            killed = await conn.scalar(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+    finally:
+        await killer.dispose()
+    assert killed
+    await asyncio.sleep(0.3)  # asyncpg hears the server hang up
+    # No ping per checkout, yet the closed connection is replaced rather than used.
+    assert await todos.claim_next(db, ep) is not None
+    assert (await todos.claim_next(db, ep, max=5))["todos"]  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------------
+# SQLite: one writer, no busy handler; reads cannot write
+
+
+async def test_twenty_concurrent_sqlite_writers_never_meet_a_locked_database(db: Database) -> None:
+    if not db.is_sqlite:
+        pytest.skip("SQLite's writer")
+    ep, _ = await vend(db)
+
+    # No busy handler at all: a writer that met another connection's write lock would fail at once
+    # with "database is locked" instead of sleeping, so every write below must have taken its turn.
+    def no_busy_handler(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout=0")
+        cursor.close()
+
+    for engine in (db.engine, db.write_engine):
+        await engine.dispose()
+        event.listen(engine.sync_engine, "connect", no_busy_handler)
+    for i in range(20):
+        await add_todo(db, ep, title=f"seed {i}")
+
+    async def worker(n: int) -> int:
+        done = 0
+        for round_ in range(5):
+            await todos.push(db, endpoint_slug=ep.slug, title=f"w{n} r{round_}")
+            answer = await todos.claim_next(db, ep, max=2 if n % 2 else None)
+            claimed = answer["todos"] if answer is not None and "todos" in answer else [answer]
+            for todo in claimed:
+                if todo is not None:
+                    await todos.complete(db, ep, todo["id"], summary=f"by {n}")
+                    done += 1
+            await todos.list_todos(db, ep, limit=5)
+        return done
+
+    results = await asyncio.wait_for(asyncio.gather(*(worker(n) for n in range(20))), 120)
+    async with db.read() as s:
+        total = await s.scalar(select(func.count()).select_from(Todo))
+        finished = await s.scalar(select(func.count()).select_from(Todo).where(Todo.state == "done"))
+    assert total == 120 and finished == sum(results) and sum(results) >= 100
+
+
+async def test_a_sqlite_read_session_cannot_write(db: Database) -> None:
+    if not db.is_sqlite:
+        pytest.skip("SQLite's read connections are query-only")
+    with pytest.raises(OperationalError, match="readonly"):
+        async with db.read() as s:
+            await s.execute(
+                insert(Human).values(
+                    id="hu_x", handle="x", token_hash="h", token_display="d", created_at=func.now()
+                )
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Nested writes fail at once instead of waiting for themselves
+
+
+async def test_a_nested_write_is_refused_at_once(db: Database) -> None:
+    ep, _ = await vend(db)
+    todo = await add_todo(db, ep)
+
+    async def nested_session() -> None:
+        async with db.write() as s:
+            await s.execute(select(1))
+            async with db.write():
+                pass
+
+    async def verb_inside_a_write() -> None:
+        async with db.write():
+            await todos.claim_next(db, ep)
+
+    async def through_a_child_task() -> None:
+        async with db.writing():
+            await asyncio.wait_for(todos.complete(db, ep, todo.id), 5)
+
+    for attempt in (nested_session, verb_inside_a_write, through_a_child_task):
+        with pytest.raises(NestedWrite):
+            await asyncio.wait_for(attempt(), 10)
+    # Nothing was left held: writes go on, and the todo was never claimed.
+    assert (await todos.claim_next(db, ep)) is not None
+
+
+async def test_a_task_spawned_in_a_write_writes_once_that_write_is_over(db: Database) -> None:
+    ep, _ = await vend(db)
+    await add_todo(db, ep)
+    later: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def after() -> None:
+        await later
+        later_result.append(await todos.claim_next(db, ep))
+
+    later_result: list[Any] = []
+    async with db.write() as s:
+        await s.execute(select(1))
+        task = asyncio.create_task(after())
+    later.set_result(None)
+    await asyncio.wait_for(task, 10)
+    assert later_result and later_result[0] is not None
