@@ -3,7 +3,7 @@
 Where things are:
 
 * this module — ``setup(app)``: the route table, the security headers on every ``/ui`` response,
-  the stylesheet, the HTML 404, the hourly purge of expired sessions;
+  the stylesheet, the HTML 404 (expired sessions are purged by ``app.background_jobs``);
 * ``html`` — the escaping rule (``h``/``Safe``), widgets and page skeletons;
 * ``session`` — login, the session cookie, CSRF, ``Viewer`` and ``authed``;
 * ``forms`` — reading forms, and ``shows_refusals``: how a refused POST comes back;
