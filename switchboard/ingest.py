@@ -15,6 +15,7 @@ hands back a delivery whose webhook changed meanwhile to be decided again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -33,7 +34,7 @@ from switchboard.db import is_unavailable, utcnow
 from switchboard.echo import is_own_reply
 from switchboard.ids import new_id, token_hash
 from switchboard.ingest_admission import RateLimiter
-from switchboard.ingest_config import Target, WebhookConfig, config_by_token_hash
+from switchboard.ingest_config import ConfigCache, Target, WebhookConfig, listen_for_changes
 from switchboard.ingest_writer import IngestWriter, Result, Rows
 from switchboard.models import Endpoint, Event, Todo
 from switchboard.provider import Address, Delivery, EchoClues, SourceKind, Verdict
@@ -102,6 +103,7 @@ class Decision:
 DECIDE_ATTEMPTS = 3
 
 INGEST_WRITER = web.AppKey("ingest_writer", IngestWriter)
+INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,16 +214,33 @@ async def _ingest(
     _admit(request, limiter)
     body = await _read_body(request)
     received_at = utcnow()
-    token = _ingest_token(request)
+    hashed = token_hash(_ingest_token(request))
 
+    # 2. The webhook, its owner endpoint and its routes: from this process's cache when it has
+    # them (see ingest_config for why a stale copy never leads to a wrong answer).
+    cache = request.app[INGEST_CONFIGS]
+    config = cache.get(hashed)
+    cached = config is not None
     for _ in range(DECIDE_ATTEMPTS):
-        # 2. The webhook, its owner endpoint and its routes.
-        config = await _lookup(services, token)
+        if config is None:
+            config = await _lookup(services, cache, hashed)
         seen["source"] = config.webhook.source
         # 3.-7. Verify, keys, disposition, address and the rows; a handshake is answered at once.
-        decided = await _decide(request, services, config, body, received_at)
+        try:
+            decided = await _decide(request, services, config, body, received_at)
+        except Refusal:
+            # Refused on a cached copy: refuse only if the webhook is still as the copy says.
+            newer = await _newer(services, cache, hashed, config) if cached else None
+            if newer is None:
+                raise
+            config, cached = newer, False
+            continue
         if isinstance(decided, Outcome):
-            return decided
+            newer = await _newer(services, cache, hashed, config) if cached else None
+            if newer is None:
+                return decided
+            config, cached = newer, False
+            continue
         # 7. The group-commit writer stores the event and its todos in one transaction (with other
         # deliveries) and rings the doorbell after the commit (step 8).
         result = await request.app[INGEST_WRITER].submit(decided.rows)
@@ -229,8 +248,17 @@ async def _ingest(
             return await _answer(services, config, decided, result)
         # The webhook changed (a route, a revocation, a new secret) after this delivery was decided:
         # nothing was stored; decide it again on the webhook as it is now.
+        config, cached = None, False
     log.warning("ingest: webhook kept changing while a delivery was stored; answered 503")
     raise Refusal(503, "unavailable", "the webhook changed while storing; retry")
+
+
+async def _newer(
+    services: Services, cache: ConfigCache, hashed: str, config: WebhookConfig
+) -> WebhookConfig | None:
+    """The webhook as it is now if it differs from ``config`` (None: the same)."""
+    current = await _lookup(services, cache, hashed)
+    return None if current.stamp == config.stamp else current
 
 
 async def _decide(
@@ -332,10 +360,10 @@ def _ingest_token(request: web.Request) -> str:
     return token
 
 
-async def _lookup(services: Services, token: str) -> WebhookConfig:
-    """Step 2: the webhook the token names, with its owner endpoint and its routes."""
-    async with services.db.read() as s:
-        config = await config_by_token_hash(s, token_hash(token))
+async def _lookup(services: Services, cache: ConfigCache, hashed: str) -> WebhookConfig:
+    """Step 2: the webhook the token names, with its owner endpoint and its routes, as they are in
+    the database now (and kept in the cache)."""
+    config = await cache.read(services.db, hashed)
     if config is None:
         raise Refusal(404, "not_found", "no such webhook")
     return config
@@ -559,17 +587,31 @@ async def prune_events(services: Services, now: datetime | None = None) -> int:
             return total
 
 
-async def _writing(app: web.Application) -> AsyncIterator[None]:
-    """The writer lives as long as the app: requests still in flight at shutdown are stored (the
-    server stops taking requests and waits for its handlers before this cleanup runs)."""
-    yield
-    await app[INGEST_WRITER].close()
+async def _lifetime(app: web.Application) -> AsyncIterator[None]:
+    """While the app runs: on PostgreSQL, hear of configuration changes made by other processes.
+    At shutdown the writer stores what is still in flight (the server stops taking requests and
+    waits for its handlers before this cleanup runs)."""
+    services = services_of(app)
+    listener = None
+    if not services.db.is_sqlite:
+        listener = asyncio.create_task(
+            listen_for_changes(services.settings.database_url), name="switchboard:ingest-config-listen"
+        )
+    try:
+        yield
+    finally:
+        await app[INGEST_WRITER].close()
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
 
 
 def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
     app[INGEST_LIMITER] = RateLimiter()
     app[INGEST_WRITER] = IngestWriter(services_of(app))
+    app[INGEST_CONFIGS] = ConfigCache()
     # After ``_resources`` (app.py): cleaned up before the database pool is disposed of.
-    app.cleanup_ctx.append(_writing)
+    app.cleanup_ctx.append(_lifetime)
     app.router.add_post("/webhooks/{ingest_token}", handle_webhook)

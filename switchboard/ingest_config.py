@@ -9,22 +9,49 @@ same. A delivery decided on a configuration that has since changed is handed bac
 again. So a revoked endpoint never gets a todo once its revocation has committed, a rotated secret
 is never verified against after the rotation, and a deleted webhook stores nothing, whichever
 process made the change.
+
+That is what lets the request path serve configurations from a per-process cache (``ConfigCache``)
+without a read per delivery. The cache is emptied when this process changes a webhook, a route or an
+endpoint, and, on PostgreSQL, when another process does (``LISTEN switchboard_config``; see
+``config_changes``). A change the cache has not heard of (the CLI on SQLite, a notification still in
+flight) costs at most one more decision, never a wrong answer:
+
+* an acceptance decided on a cached configuration is re-checked by the writer as above;
+* a refusal (401, 503) or a handshake decided on a cached configuration is decided again on the
+  rows as they are now before it is answered, so a secret rotated or set from another process works
+  on the very next delivery.
+
+Chosen over ``PRAGMA data_version`` (it moves on every commit by any connection, so every ingest
+batch and claim would empty the cache) and over a time to live (stale for its length, and a read
+per delivery after it): the writer's check costs two statements per batch, not per delivery.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
 
-from switchboard.db import utcnow
+from switchboard import config_changes
+from switchboard.db import Database, utcnow
 from switchboard.models import Endpoint, Route, Webhook
 from switchboard.tenancy import endpoint_is_live
+
+log = logging.getLogger("switchboard.ingest")
+
+# Webhooks whose configuration one process keeps; beyond it the oldest entry goes.
+CACHE_ENTRIES = 10_000
+# Seconds between attempts to (re)open the LISTEN connection.
+LISTEN_RETRY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -116,3 +143,75 @@ async def configs_by_id(
     """The configurations of these webhooks as they are now, by webhook id (absent: deleted)."""
     ids = sorted(set(webhook_ids))
     return await _assemble(s, _with_owner().where(Webhook.id.in_(ids)).order_by(Webhook.id), lock)
+
+
+class ConfigCache:
+    """Configurations by ingest token hash, for this process. Emptied whenever
+    ``config_changes.generation()`` moves on; a configuration read while it moved is not kept (it
+    may predate the change). Unknown tokens are not kept: a webhook made by another process must
+    be found on its first delivery."""
+
+    def __init__(self, max_entries: int = CACHE_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[str, WebhookConfig] = {}
+        self._generation = config_changes.generation()
+        # How many lookups were answered here, and how many read the database (for tests and tuning).
+        self.hits = 0
+        self.reads = 0
+
+    def get(self, ingest_token_hash: str) -> WebhookConfig | None:
+        self._catch_up()
+        config = self._entries.get(ingest_token_hash)
+        if config is not None:
+            self.hits += 1
+        return config
+
+    async def read(self, db: Database, ingest_token_hash: str) -> WebhookConfig | None:
+        """The configuration as it is in the database now (kept for the next lookup), or None."""
+        self._catch_up()
+        generation = self._generation
+        async with db.read() as s:
+            config = await config_by_token_hash(s, ingest_token_hash)
+        self.reads += 1
+        self._catch_up()
+        if config is None:
+            self._entries.pop(ingest_token_hash, None)
+        elif generation == self._generation:
+            if len(self._entries) >= self.max_entries and ingest_token_hash not in self._entries:
+                del self._entries[next(iter(self._entries))]
+            self._entries[ingest_token_hash] = config
+        return config
+
+    def _catch_up(self) -> None:
+        current = config_changes.generation()
+        if current != self._generation:
+            self._entries.clear()
+            self._generation = current
+
+
+async def listen_for_changes(database_url: str) -> None:
+    """PostgreSQL: hold a ``LISTEN switchboard_config`` connection until cancelled, reconnecting;
+    every notification (and every reconnection, which may have missed some) empties the caches."""
+    import asyncpg
+
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    while True:
+        conn = None
+        try:
+            conn = await asyncpg.connect(dsn)
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+            await conn.add_listener(config_changes.CHANNEL, lambda *args: config_changes.heard(args[-1]))
+            # Whatever changed while this process was not listening.
+            config_changes.changed()
+            await lost.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("ingest: LISTEN %s failed (%s); retrying", config_changes.CHANNEL, type(exc).__name__)
+        finally:
+            if conn is not None and not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(conn.close(timeout=2))
+        config_changes.changed()
+        await asyncio.sleep(LISTEN_RETRY_SECONDS)

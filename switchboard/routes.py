@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from switchboard.config_changes import changing
 from switchboard.db import Database
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.models import Endpoint, Route, Webhook
@@ -118,7 +119,7 @@ async def remove_route(
     db: Database, webhook_id: str, endpoint_slug: str, *, human_id: str | None = None
 ) -> RouteRow:
     """Remove the route from ``webhook_id`` to the endpoint ``endpoint_slug``."""
-    async with db.write() as s:
+    async with changing(db) as s:
         if human_id is None and await s.get(Webhook, webhook_id) is None:
             raise not_found(f"webhook {webhook_id!r}")
         rows = await _rows(s, and_(Route.webhook_id == webhook_id, _Target.slug == endpoint_slug))
@@ -133,7 +134,7 @@ async def remove_route(
 
 async def remove_route_by_id(db: Database, route_id: str, *, human_id: str | None = None) -> RouteRow:
     """Remove a route by its id: how the target side names it."""
-    async with db.write() as s:
+    async with changing(db) as s:
         rows = await _rows(s, Route.id == route_id)
         row = rows[0] if rows else None
         if human_id is not None:

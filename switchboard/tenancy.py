@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from switchboard.config_changes import changing
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
@@ -194,7 +195,7 @@ async def vend_endpoint(
         **owner.columns(),
     )
     try:
-        async with db.write() as s:
+        async with changing(db) as s:
             await _check_endpoint_quota(s, owner, max_per_owner, now)
             s.add(endpoint)
     except IntegrityError:
@@ -262,7 +263,7 @@ async def list_endpoints(db: Database, owner: Owner | None = None) -> list[Endpo
 async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
     """Kill the token and dead-letter the endpoint's open todos (the server closes its sessions)."""
     now = utcnow()
-    async with db.write() as s:
+    async with changing(db) as s:
         endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == slug))
         if endpoint is None:
             raise not_found(f"endpoint {slug!r}")
@@ -340,7 +341,7 @@ async def create_webhook(
             f"unknown source kind {source!r} (known: {', '.join(sorted(providers.sources))})"
         ) from None
     ingest_token = new_token("wh", 24)
-    async with db.write() as s:
+    async with changing(db) as s:
         endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
         if endpoint is None:
             raise not_found(f"endpoint {endpoint_slug!r}")
@@ -384,7 +385,7 @@ async def get_webhook(db: Database, webhook_id: str) -> Webhook:
 
 async def rotate_webhook_secret(db: Database, vault: Vault, providers: Providers, webhook_id: str) -> str:
     """Mint a new signing secret (minted kinds only); returns it, shown once."""
-    async with db.write() as s:
+    async with changing(db) as s:
         webhook = await _webhook(s, webhook_id)
         kind = providers.sources.get(webhook.source)
         if kind is None or kind.secret != "minted":
@@ -406,7 +407,7 @@ async def set_webhook_secret(
     secret = secret.strip()
     if not secret or len(secret) > 512 or not secret.isprintable() or any(c.isspace() for c in secret):
         raise invalid("the secret must be 1 to 512 printable characters with no spaces")
-    async with db.write() as s:
+    async with changing(db) as s:
         webhook = await _webhook(s, webhook_id)
         kind = providers.sources.get(webhook.source)
         if kind is None or kind.secret != "provider":
@@ -431,7 +432,7 @@ def webhook_secret(vault: Vault, webhook: Webhook) -> str | None:
 
 
 async def delete_webhook(db: Database, webhook_id: str) -> None:
-    async with db.write() as s:
+    async with changing(db) as s:
         await s.delete(await _webhook(s, webhook_id))
 
 
@@ -492,7 +493,7 @@ async def add_route(
 ) -> Route:
     """Fan a webhook out to another endpoint. Across owner scopes, a human caller must administer
     both; the CLI (the instance operator) passes no human and is trusted."""
-    async with db.write() as s:
+    async with changing(db) as s:
         webhook = await _webhook(s, webhook_id)
         target = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
         if target is None:
