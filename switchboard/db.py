@@ -150,7 +150,10 @@ class Database:
             if self._writer is not self.engine:
                 _configure_sqlite(self.engine, query_only=True)
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_recycle=PG_POOL_RECYCLE_SECONDS)
+            # At most 30 connections, as before; but 20 stay open, so a burst of concurrent agents
+            # does not close and reopen overflow connections (a connect, and every statement
+            # prepared and its types introspected again) on every checkin.
+            kwargs.update(pool_size=20, max_overflow=10, pool_recycle=PG_POOL_RECYCLE_SECONDS)
             # asyncpg keeps prepared statements per connection; a generic plan chosen while the
             # todos table was small (or its statistics stale) would keep scanning as the backlog
             # grows. Custom plans see the actual parameters and keep using the partial index.

@@ -12,15 +12,25 @@ verb never reads again after writing.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    JSON,
+    BindParameter,
+    Column,
     ColumnElement,
+    Insert,
+    Integer,
+    Select,
     String,
     Table,
+    Update,
+    any_,
+    bindparam,
     exists,
     func,
     insert,
@@ -172,30 +182,121 @@ async def update_open_attempt(s: Executor, todo_id: str, **values: Any) -> dict[
 
 
 # ---------------------------------------------------------------------------------------------
-# claim_next
+# claim_next and complete: each statement is built once per shape, with bind parameters, so a call
+# pays neither for building it nor for SQLAlchemy's compilation (its cache key is memoized).
 
 
-def _pick(endpoint_id: str, queues: Sequence[str], limit: int) -> Any:
-    """The oldest pending todos of the endpoint (in its queues), walking ``ix_todos_claimable``."""
-    return (
-        select(T.id, T.created_at)
-        .where(T.endpoint_id == endpoint_id, T.state == PENDING)
-        .where(T.queue == queues[0] if len(queues) == 1 else T.queue.in_(queues))
-        .order_by(T.created_at)
-        .limit(limit)
-    )
+def _param(name: str, column: Column[Any]) -> BindParameter[Any]:
+    return bindparam(name, type_=column.type)
 
 
-def _claimed_values(now: datetime, lease_expires_at: datetime, token_hash: Any) -> dict[str, Any]:
+def _claimed_values(token_hash: Any) -> dict[str, Any]:
     return {
         "state": "claimed",
         "attempt": T.attempt + 1,
-        "lease_expires_at": lease_expires_at,
+        "lease_expires_at": _param("p_lease_expires_at", T.lease_expires_at),
         "lease_token_hash": token_hash,
         "next_retry_at": None,
         "next_ring_at": None,
-        "updated_at": now,
+        "updated_at": _param("p_now", T.updated_at),
     }
+
+
+def _pick(sqlite: bool, one_queue: bool) -> Select[Any]:
+    """The oldest pending todos of the endpoint (in its queues), walking ``ix_todos_claimable``."""
+    if one_queue:
+        queue = T.queue == _param("p_queue", T.queue)
+    elif sqlite:
+        queue = T.queue.in_(bindparam("p_queues", expanding=True))
+    else:
+        # PostgreSQL plans an IN list as exactly this; one array keeps the statement text fixed.
+        queue = T.queue == any_(bindparam("p_queues", type_=_STRINGS))
+    return (
+        select(T.id, T.created_at)
+        .where(T.endpoint_id == _param("p_endpoint_id", T.endpoint_id), T.state == PENDING, queue)
+        .order_by(T.created_at)
+        .limit(bindparam("p_limit", type_=Integer))
+    )
+
+
+def _attempt_columns(attempt_id: Any, todo_id: Any) -> Select[Any]:
+    return select(
+        attempt_id,
+        todo_id,
+        _next_number(todo_id),
+        _param("p_endpoint_id", A.endpoint_id),
+        _param("p_now", A.claimed_at),
+        _param("p_lease_expires_at", A.lease_expires_at),
+        literal(0, A.heartbeats.type),
+    )
+
+
+@functools.cache
+def _claim_postgresql(one_queue: bool) -> Select[Any]:
+    picked = _pick(False, one_queue).with_for_update(skip_locked=True).cte("picked")
+    numbered = select(
+        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
+    ).cte("numbered")
+    # Arrays indexed by the claim's rank: the n-th claimed todo gets the n-th token hash and id.
+    hashes = Grouping(bindparam("p_token_hashes", type_=_STRINGS))
+    ids = Grouping(bindparam("p_attempt_ids", type_=_STRINGS))
+    claimed = (
+        update(_TODOS)
+        .where(T.id == numbered.c.id, T.state == PENDING)
+        .values(**_claimed_values(hashes[numbered.c.rn]))
+        .returning(*VIEW, T.payload, T.lease_token_hash, numbered.c.rn)
+        .cte("claimed")
+    )
+    attempts = (
+        insert(_ATTEMPTS)
+        .from_select(_ATTEMPT_COLUMNS, _attempt_columns(ids[claimed.c.rn], claimed.c.id))
+        .cte("attempts_added")
+    )
+    count, state, permalink = summary_columns(claimed.c.id)
+    return (
+        select(
+            *(claimed.c[c.name] for c in VIEW),
+            claimed.c.payload,
+            claimed.c.lease_token_hash,
+            count.label("reply_count"),
+            state.label("reply_state"),
+            permalink.label("reply_permalink"),
+        )
+        .order_by(claimed.c.rn)
+        # Referenced by nothing, so added explicitly: PostgreSQL runs a data-modifying CTE anyway.
+        .add_cte(attempts)
+    )
+
+
+@functools.cache
+def _claim_sqlite(one_queue: bool) -> tuple[Update, Insert]:
+    picked = _pick(True, one_queue).subquery("picked")
+    numbered = select(
+        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
+    ).subquery("numbered")
+    # SQLite has no arrays: the n-th token hash is the n-th element of a JSON list.
+    token_hash = func.json_extract(
+        bindparam("p_token_hashes", type_=String), func.printf("$[%d]", numbered.c.rn - 1)
+    )
+    claim = (
+        update(_TODOS)
+        .where(T.id == numbered.c.id, T.state == PENDING)
+        .values(**_claimed_values(token_hash))
+        .returning(*VIEW, T.payload, T.lease_token_hash)
+    )
+    # The attempt rows from a JSON list of [attempt id, todo id] pairs, so the statement is one
+    # whatever their number. RETURNING names the new row's column qualified (see summary_columns).
+    pair = func.json_each(bindparam("p_pairs", type_=String)).table_valued("value").alias("pair")
+    todo_id = func.json_extract(pair.c.value, "$[1]")
+    add = (
+        insert(_ATTEMPTS)
+        .from_select(
+            _ATTEMPT_COLUMNS,
+            _attempt_columns(func.json_extract(pair.c.value, "$[0]"), todo_id).select_from(pair),
+        )
+        .returning(A.todo_id, *summary_columns(literal_column("attempts.todo_id")))
+    )
+    return claim, add
 
 
 async def claim_rows(
@@ -219,117 +320,91 @@ async def claim_rows(
     update are one ``UPDATE … FROM … RETURNING`` under the writer's ``BEGIN IMMEDIATE``, the attempt
     rows a second statement in the same transaction.
     """
-    limit = len(attempt_ids)
-    if sqlite:
-        return await _claim_rows_sqlite(
-            conn, endpoint_id, queues, now, lease_expires_at, token_hashes, attempt_ids, limit
+    one_queue = len(queues) == 1
+    params: dict[str, Any] = {
+        "p_endpoint_id": endpoint_id,
+        "p_limit": len(attempt_ids),
+        "p_now": now,
+        "p_lease_expires_at": lease_expires_at,
+    }
+    params.update({"p_queue": queues[0]} if one_queue else {"p_queues": list(queues)})
+    if not sqlite:
+        rows = await conn.execute(
+            _claim_postgresql(one_queue),
+            {**params, "p_token_hashes": token_hashes, "p_attempt_ids": attempt_ids},
         )
-    picked = _pick(endpoint_id, queues, limit).with_for_update(skip_locked=True).cte("picked")
-    numbered = select(
-        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
-    ).cte("numbered")
-    # Arrays indexed by the claim's rank: the n-th claimed todo gets the n-th token hash and id.
-    hashes = Grouping(literal(token_hashes, _STRINGS))
-    ids = Grouping(literal(attempt_ids, _STRINGS))
-    claimed = (
-        update(_TODOS)
-        .where(T.id == numbered.c.id, T.state == PENDING)
-        .values(**_claimed_values(now, lease_expires_at, hashes[numbered.c.rn]))
-        .returning(*VIEW, T.payload, T.lease_token_hash, numbered.c.rn)
-        .cte("claimed")
-    )
-    attempts = (
-        insert(_ATTEMPTS)
-        .from_select(
-            _ATTEMPT_COLUMNS,
-            select(*_attempt_values(ids[claimed.c.rn], claimed.c.id, endpoint_id, now, lease_expires_at)),
-        )
-        .cte("attempts_added")
-    )
-    count, state, permalink = summary_columns(claimed.c.id)
-    statement = (
-        select(
-            *(claimed.c[c.name] for c in VIEW),
-            claimed.c.payload,
-            claimed.c.lease_token_hash,
-            count.label("reply_count"),
-            state.label("reply_state"),
-            permalink.label("reply_permalink"),
-        )
-        .order_by(claimed.c.rn)
-        # Referenced by nothing, so added explicitly: PostgreSQL runs a data-modifying CTE anyway.
-        .add_cte(attempts)
-    )
-    return [(r, _replies_of(r)) for r in (await conn.execute(statement)).all()]
-
-
-async def _claim_rows_sqlite(
-    conn: AsyncConnection,
-    endpoint_id: str,
-    queues: Sequence[str],
-    now: datetime,
-    lease_expires_at: datetime,
-    token_hashes: list[str | None],
-    attempt_ids: list[str],
-    limit: int,
-) -> list[Claimed]:
-    picked = _pick(endpoint_id, queues, limit).subquery("picked")
-    numbered = select(
-        picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
-    ).subquery("numbered")
-    # SQLite has no arrays: the n-th token hash is the n-th element of a JSON list.
-    token_hash = func.json_extract(json.dumps(token_hashes), func.printf("$[%d]", numbered.c.rn - 1))
-    rows = list(
-        (
-            await conn.execute(
-                update(_TODOS)
-                .where(T.id == numbered.c.id, T.state == PENDING)
-                .values(**_claimed_values(now, lease_expires_at, token_hash))
-                .returning(*VIEW, T.payload, T.lease_token_hash)
-            )
-        ).all()
-    )
-    if not rows:
+        return [(r, _replies_of(r)) for r in rows.all()]
+    claim, add = _claim_sqlite(one_queue)
+    claimed = list((await conn.execute(claim, {**params, "p_token_hashes": json.dumps(token_hashes)})).all())
+    if not claimed:
         return []
     # RETURNING comes in no particular order: claim order is age order, as the pick's.
-    rows.sort(key=lambda r: (r.created_at, r.id))
-    added = (
-        await conn.execute(
-            insert(_ATTEMPTS)
-            .values(
-                [
-                    dict(
-                        zip(
-                            _ATTEMPT_COLUMNS,
-                            _attempt_values(aid, r.id, endpoint_id, now, lease_expires_at),
-                            strict=True,
-                        )
-                    )
-                    for aid, r in zip(attempt_ids, rows, strict=False)
-                ]
-            )
-            .returning(A.todo_id, *summary_columns(literal_column("attempts.todo_id")))
-        )
-    ).all()
+    claimed.sort(key=lambda r: (r.created_at, r.id))
+    pairs = json.dumps([[aid, r.id] for aid, r in zip(attempt_ids, claimed, strict=False)])
+    added = (await conn.execute(add, {**params, "p_pairs": pairs})).all()
     summaries = {a[0]: summary_of(*a[1:]) for a in added}
-    return [(r, summaries[r.id]) for r in rows]
+    return [(r, summaries[r.id]) for r in claimed]
 
 
-# ---------------------------------------------------------------------------------------------
-# complete
-
-
-def held_by_caller(
-    todo_id: str, endpoint_id: str, token_hash: str | None, now: datetime
-) -> ColumnElement[bool]:
+def _held_by_caller() -> ColumnElement[bool]:
     """The todo is the endpoint's and the caller holds its claim: ``lifecycle._held`` in SQL (claimed,
     the lease not expired, the token the claim's: both absent, or the same hash)."""
     return (
-        (T.id == todo_id)
-        & (T.endpoint_id == endpoint_id)
+        (T.id == _param("p_todo_id", T.id))
+        & (T.endpoint_id == _param("p_endpoint_id", T.endpoint_id))
         & (T.state == CLAIMED)
-        & (T.lease_expires_at > now)
-        & T.lease_token_hash.is_not_distinct_from(token_hash)
+        & (T.lease_expires_at > _param("p_now", T.lease_expires_at))
+        & T.lease_token_hash.is_not_distinct_from(_param("p_token_hash", T.lease_token_hash))
+    )
+
+
+_DONE_VALUES: dict[str, Any] = {
+    "state": "done",
+    # None stays SQL NULL, as the ORM stored it (a plain JSON bind would store the JSON 'null').
+    "result": bindparam("p_result", type_=JSON(none_as_null=True)),
+    "lease_expires_at": None,
+    "lease_token_hash": None,
+    "next_ring_at": None,
+    "finished_at": _param("p_now", T.finished_at),
+    "finished_by": _param("p_endpoint_id", T.finished_by),
+    "updated_at": _param("p_now", T.updated_at),
+}
+_CLOSED_VALUES: dict[str, Any] = {
+    "outcome": "completed",
+    "ended_at": _param("p_now", A.ended_at),
+    "summary": _param("p_summary", A.summary),
+    "error": None,
+}
+
+
+@functools.cache
+def _complete_postgresql() -> Select[Any]:
+    finished = update(_TODOS).where(_held_by_caller()).values(**_DONE_VALUES).returning(*VIEW).cte("finished")
+    closed = (
+        update(_ATTEMPTS)
+        .where(A.id == _open_attempt(_param("p_todo_id", A.todo_id)), exists(select(finished.c.id)))
+        .values(**_CLOSED_VALUES)
+        .cte("attempt_closed")
+    )
+    count, state, permalink = summary_columns(finished.c.id)
+    return select(
+        *(finished.c[c.name] for c in VIEW),
+        count.label("reply_count"),
+        state.label("reply_state"),
+        permalink.label("reply_permalink"),
+    ).add_cte(closed)
+
+
+@functools.cache
+def _complete_sqlite() -> tuple[Update, Update, Select[Any]]:
+    todo_id = _param("p_todo_id", A.todo_id)
+    return (
+        update(_TODOS).where(_held_by_caller()).values(**_DONE_VALUES).returning(*VIEW),
+        update(_ATTEMPTS)
+        .where(A.id == _open_attempt(todo_id))
+        .values(**_CLOSED_VALUES)
+        .returning(*summary_columns(todo_id)),
+        select(*summary_columns(todo_id)),
     )
 
 
@@ -350,45 +425,25 @@ async def complete_row(
     PostgreSQL: one statement (the todo's update, the attempt's, the summary). SQLite: the todo's
     ``UPDATE … RETURNING`` and the attempt's, in the writer's transaction.
     """
-    done_values = {
-        "state": "done",
-        "result": result,
-        "lease_expires_at": None,
-        "lease_token_hash": None,
-        "next_ring_at": None,
-        "finished_at": now,
-        "finished_by": endpoint_id,
-        "updated_at": now,
+    params = {
+        "p_todo_id": todo_id,
+        "p_endpoint_id": endpoint_id,
+        "p_token_hash": token_hash,
+        "p_now": now,
+        "p_result": result,
+        "p_summary": summary,
     }
-    closed_values = {"outcome": "completed", "ended_at": now, "summary": summary, "error": None}
-    done = update(_TODOS).where(held_by_caller(todo_id, endpoint_id, token_hash, now)).values(**done_values)
-    if sqlite:
-        row = (await conn.execute(done.returning(*VIEW))).first()
-        if row is None:
-            return None
-        replies = await update_open_attempt(conn, todo_id, **closed_values)
-        return row, replies if replies is not None else await _summary(conn, todo_id)
-    finished = done.returning(*VIEW).cte("finished")
-    closed = (
-        update(_ATTEMPTS)
-        .where(A.id == _open_attempt(todo_id), exists(select(finished.c.id)))
-        .values(**closed_values)
-        .cte("attempt_closed")
-    )
-    count, state, permalink = summary_columns(finished.c.id)
-    statement = select(
-        *(finished.c[c.name] for c in VIEW),
-        count.label("reply_count"),
-        state.label("reply_state"),
-        permalink.label("reply_permalink"),
-    ).add_cte(closed)
-    found = (await conn.execute(statement)).first()
-    return None if found is None else (found, _replies_of(found))
-
-
-async def _summary(conn: AsyncConnection, todo_id: str) -> dict[str, Any]:
-    row = (await conn.execute(select(*summary_columns(todo_id)))).one()
-    return summary_of(*row)
+    if not sqlite:
+        found = (await conn.execute(_complete_postgresql(), params)).first()
+        return None if found is None else (found, _replies_of(found))
+    done, close, summarise = _complete_sqlite()
+    row = (await conn.execute(done, params)).first()
+    if row is None:
+        return None
+    closed = (await conn.execute(close, params)).first()
+    # No open attempt (every claim opens one, but a row edited by hand may lack it): read the summary.
+    replies = closed if closed is not None else (await conn.execute(summarise, params)).one()
+    return row, summary_of(*replies)
 
 
 def _replies_of(row: Any) -> dict[str, Any]:
