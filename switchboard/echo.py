@@ -1,52 +1,163 @@
-"""Echo suppression: is this delivery Switchboard's own reply coming back as a webhook?
+"""Echo suppression: is this delivery Switchboard's own reply coming back as a webhook, and for whom?
 
 A provider's ``is_echo`` hook reads the clues out of the delivery; this module matches them against
-what was recorded, within the owner scopes the delivery would reach. The marker check is what
-catches the race where the provider fires its webhook before our POST has returned: the reply row
-exists (pending) before the dial, so its id is already known.
+what was recorded. The answer is per owner scope: a delivery fanned out to several scopes is an
+echo only for the scopes that made the reply, and the others get their todo as usual.
+
+A match is keyed by the delivery's origin, never by a value alone: the provider kind, the instance
+and the thread (the display of the address derived from the delivery, e.g. ``gitea
+git.example.com/gitea-b/acme/api#5``, which names all three) and then the object id, the marker or
+the bot. A Gitea comment whose id happens to equal a GitHub reply's id, or a comment in another
+thread or on another instance, is somebody's message, not ours. A delivery with no derived address
+has no thread, so it is never an echo.
+
+The marker check is what catches the race where the provider fires its webhook before our POST has
+returned: the reply row exists (pending) before the dial, so its id is already known.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.models import Connection, Reply
-from switchboard.provider import EchoClues
+from switchboard.plugins import Providers, UnknownKind
+from switchboard.provider import Address, ConnectionKind, Delivery, EchoClues, Verdict
+from switchboard.services import Services
+
+log = logging.getLogger("switchboard.echo")
 
 
-async def is_own_reply(
-    s: AsyncSession, owner_scopes: list[str], clues: EchoClues, thread_key: str | None = None
-) -> bool:
-    """True when the clues name a reply (or a posting bot) recorded in one of ``owner_scopes``.
+@dataclass(frozen=True)
+class Origin:
+    """Where a verified delivery came from, as echo matching keys it.
 
-    ``thread_key`` is the display of the delivery's derived address: a marker only counts when its
-    reply was posted to that same thread.
+    ``provider``: the provider kind of its address. ``thread``: the address's display (instance and
+    thread). ``clues``: what the provider's ``is_echo`` found. ``serves``: does a connection with
+    this account key serve the address (the kind's ``account_matches``)? It keys a bot id by
+    account; None when the kind is not installed, and then no bot id matches.
     """
-    if not owner_scopes:
-        return False
+
+    provider: str
+    thread: str
+    clues: EchoClues
+    serves: Callable[[str], bool] | None = None
+
+    @classmethod
+    def of(cls, address: Address, clues: EchoClues, kind: ConnectionKind | None = None) -> Origin:
+        serves = None
+        if kind is not None and kind.name == address.provider:
+
+            def serves(account_key: str) -> bool:
+                try:
+                    return bool(kind.account_matches(account_key, address))
+                except (KeyError, TypeError, ValueError):
+                    return False
+
+        return cls(provider=address.provider, thread=address.display, clues=clues, serves=serves)
+
+
+def has_clues(clues: EchoClues | None) -> bool:
+    return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
+
+
+async def echo_scopes(s: AsyncSession, scopes: Iterable[str], origin: Origin | None) -> frozenset[str]:
+    """The scopes, among ``scopes``, for which the delivery is their own reply coming back.
+
+    A scope matches when one of its replies to the same provider and thread has the delivery's
+    object id, or is the reply the delivery's marker names, or when the delivery's bot is the bot a
+    connection of that scope, of that provider and serving that address, recorded in its test.
+    """
+    wanted = list(dict.fromkeys(scopes))
+    if origin is None or not wanted or not has_clues(origin.clues):
+        return frozenset()
+    clues, found = origin.clues, set[str]()
+    # Rows made before the provider was kept have none; their thread names the provider anyway.
+    same_provider = (Reply.provider == origin.provider) | Reply.provider.is_(None)
     if clues.object_ids:
-        hit = await s.scalar(
-            select(Reply.id)
-            .where(Reply.owner_scope.in_(owner_scopes), Reply.provider_object_id.in_(list(clues.object_ids)))
-            .limit(1)
+        rows = await s.scalars(
+            select(Reply.owner_scope)
+            .where(
+                Reply.provider_object_id.in_(list(clues.object_ids)),
+                Reply.owner_scope.in_(wanted),
+                Reply.thread_key == origin.thread,
+                same_provider,
+            )
+            .distinct()
         )
-        if hit is not None:
-            return True
+        found.update(rows.all())
     if clues.marker:
         reply = await s.get(Reply, clues.marker)
         if (
             reply is not None
-            and reply.owner_scope in owner_scopes
-            and (thread_key is None or reply.thread_key == thread_key)
+            and reply.owner_scope in wanted
+            and reply.thread_key == origin.thread
+            and reply.provider in (None, origin.provider)
         ):
-            return True
-    if clues.bot_id:
-        rows = await s.scalars(
-            select(Connection.last_test).where(
-                (Connection.owner_human_id.in_(owner_scopes)) | (Connection.owner_team_id.in_(owner_scopes)),
+            found.add(reply.owner_scope)
+    if clues.bot_id and origin.serves is not None:
+        rows_with_bots = await s.execute(
+            select(
+                Connection.owner_human_id,
+                Connection.owner_team_id,
+                Connection.account_key,
+                Connection.last_test,
+            ).where(
+                Connection.kind == origin.provider,
+                Connection.owner_human_id.in_(wanted) | Connection.owner_team_id.in_(wanted),
             )
         )
-        if any((facts or {}).get("facts", {}).get("bot_id") == clues.bot_id for facts in rows):
-            return True
-    return False
+        for human_id, team_id, account_key, last_test in rows_with_bots.all():
+            facts = (last_test or {}).get("facts") or {}
+            if facts.get("bot_id") == clues.bot_id and origin.serves(account_key):
+                found.add(human_id or team_id)
+    return frozenset(found)
+
+
+def clues_of(providers: Providers, delivery: Delivery, verdict: Verdict) -> EchoClues | None:
+    """The provider's echo clues for a verified delivery; a provider that fails gives none."""
+    try:
+        clues = providers.hook.is_echo(delivery=delivery, verdict=verdict)
+    except Exception as exc:
+        log.error("is_echo for %s raised %s; treating as not an echo", delivery.source, type(exc).__name__)
+        return None
+    return clues if isinstance(clues, EchoClues) else None
+
+
+def origin_of(
+    providers: Providers, delivery: Delivery, verdict: Verdict, address: Address | None
+) -> Origin | None:
+    """The delivery's origin for echo matching: None without an address (no thread) or clues."""
+    if address is None:
+        return None
+    clues = clues_of(providers, delivery, verdict)
+    if not has_clues(clues):
+        return None
+    assert clues is not None
+    try:
+        kind: ConnectionKind | None = providers.connection(address.provider)
+    except UnknownKind:
+        kind = None
+    return Origin.of(address, clues, kind)
+
+
+async def own_reply_scopes(
+    services: Services,
+    delivery: Delivery,
+    verdict: Verdict,
+    address: Address | None,
+    scopes: Iterable[str],
+) -> frozenset[str]:
+    """Ingest's one call (step 5, for a verified delivery, with the address step 6 kept): the
+    target scopes for which the delivery is their own reply. Those targets get no todo; it is a
+    ``self_reply`` only when that is every target. Reads the database only when the delivery has
+    an address and clues."""
+    origin = origin_of(services.providers, delivery, verdict, address)
+    if origin is None:
+        return frozenset()
+    async with services.db.read() as s:
+        return await echo_scopes(s, scopes, origin)

@@ -31,13 +31,14 @@ from sqlalchemy import delete, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import is_unavailable, utcnow
-from switchboard.echo import is_own_reply
+from switchboard.echo import own_reply_scopes
 from switchboard.ids import new_id, token_hash
 from switchboard.ingest_admission import RateLimiter
 from switchboard.ingest_config import ConfigCache, Target, WebhookConfig, listen_for_changes
 from switchboard.ingest_writer import IngestWriter, Result, Rows
+from switchboard.instances import bind_address
 from switchboard.models import Endpoint, Event, Todo
-from switchboard.provider import Address, Delivery, EchoClues, SourceKind, Verdict
+from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
 from switchboard.tenancy import webhook_secret
@@ -108,10 +109,6 @@ INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def has_clues(clues: EchoClues | None) -> bool:
-    return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
 
 
 def address_for(services: Services, delivery: Delivery, verdict: Verdict, verified: bool) -> Address | None:
@@ -282,12 +279,14 @@ async def _decide(
     # 4. The delivery keys (a delivery already stored is found by them when storing).
     key, secondary = _delivery_keys(verdict, body)
 
-    # 5./6. Housekeeping, echo suppression and the reply address.
-    disposition, address = await _disposition(services, delivery, verdict, verified, targets)
+    # 5./6. Housekeeping, the reply address and echo suppression (per target scope).
+    disposition, address, minting, withheld = await _disposition(
+        services, config, delivery, verdict, verified, targets
+    )
 
-    # 7. The event and one todo per target.
-    event = _event_row(config, delivery, verdict, key, secondary, verified, disposition)
-    todos = _todo_rows(config, event, verdict, address, targets) if disposition == "routed" else []
+    # 7. The event and one todo per target that did not send this very delivery.
+    event = _event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
+    todos = _todo_rows(config, event, verdict, address, minting) if disposition == "routed" else []
     rows = Rows(
         config=config,
         target_ids=tuple(t.endpoint_id for t in targets),
@@ -295,7 +294,7 @@ async def _decide(
         todos=todos,
         source=webhook.source,
     )
-    return Decision(rows, targets, verified, disposition, key, secondary)
+    return Decision(rows, minting, verified, disposition, key, secondary)
 
 
 async def _answer(services: Services, config: WebhookConfig, decision: Decision, result: Result) -> Outcome:
@@ -443,17 +442,29 @@ def _delivery_keys(verdict: Verdict, body: bytes) -> tuple[str, str | None]:
 
 
 async def _disposition(
-    services: Services, delivery: Delivery, verdict: Verdict, verified: bool, targets: list[Target]
-) -> tuple[str, Address | None]:
-    """Steps 5 and 6: housekeeping is ``ignored``; the reply address (verified deliveries only); a
-    verified delivery that is Switchboard's own reply is a ``self_reply``. Only ``routed`` mints todos."""
+    services: Services,
+    config: WebhookConfig,
+    delivery: Delivery,
+    verdict: Verdict,
+    verified: bool,
+    targets: list[Target],
+) -> tuple[str, Address | None, list[Target], str | None]:
+    """Steps 5 and 6: (disposition, address, the targets that get a todo, why an address was
+    withheld). Housekeeping is ``ignored``. The reply address (verified deliveries only) is kept
+    only if it names the instance the webhook serves (an unbound webhook is bound to it). A target
+    whose scope sent this very reply gets no todo; a delivery that is every target's own reply is
+    a ``self_reply``. Only ``routed`` mints todos."""
     if verdict.ignore:
-        return "ignored", None
-    address = address_for(services, delivery, verdict, verified)
-    if verified and await _is_echo(services, delivery, verdict, targets, address):
+        return "ignored", None, [], None
+    bound = await bind_address(services, config.webhook, address_for(services, delivery, verdict, verified))
+    address = bound.address
+    if not verified:
+        return "routed", address, targets, bound.withheld
+    echoed = await own_reply_scopes(services, delivery, verdict, address, [t.owner_scope for t in targets])
+    if echoed:
         services.metrics.inc("switchboard_echo_drops_total", source=delivery.source)
-        return "self_reply", address
-    return "routed", address
+    minting = [t for t in targets if t.owner_scope not in echoed]
+    return ("routed" if minting else "self_reply"), address, minting, bound.withheld
 
 
 def _event_row(
@@ -464,8 +475,11 @@ def _event_row(
     secondary: str | None,
     verified: bool,
     disposition: str,
+    withheld: str | None = None,
 ) -> dict[str, Any]:
-    """Step 7: the stored delivery, whatever its disposition (headers with credentials redacted)."""
+    """Step 7: the stored delivery, whatever its disposition (headers with credentials redacted);
+    ``verify_detail`` also says why a reply address was withheld (another instance)."""
+    detail = f"{verdict.detail}; {withheld}" if withheld else verdict.detail
     return {
         "id": new_id("ev"),
         "webhook_id": config.id,
@@ -476,7 +490,7 @@ def _event_row(
         "headers": redact_headers(delivery.headers),
         "body": delivery.body,
         "verified": verified,
-        "verify_detail": clean_line(verdict.detail, 200),
+        "verify_detail": clean_line(detail, 200),
         "trust_mode": config.webhook.trust_mode,
         "disposition": disposition,
         "received_at": delivery.received_at,
@@ -519,21 +533,6 @@ def _todo_rows(
 def _values(todo: Todo) -> dict[str, Any]:
     """The column values ``new_todo_row`` set, as the writer's multi-row insert takes them."""
     return {k: v for k, v in vars(todo).items() if not k.startswith("_")}
-
-
-async def _is_echo(
-    services: Services, delivery: Delivery, verdict: Verdict, targets: list[Target], address: Address | None
-) -> bool:
-    try:
-        clues = services.providers.hook.is_echo(delivery=delivery, verdict=verdict)
-    except Exception as exc:
-        log.error("is_echo for %s raised %s; treating as not an echo", delivery.source, type(exc).__name__)
-        return False
-    if not isinstance(clues, EchoClues) or not has_clues(clues):
-        return False
-    scopes = list(dict.fromkeys(t.owner_scope for t in targets))
-    async with services.db.read() as s:
-        return await is_own_reply(s, scopes, clues, thread_key=address.display if address else None)
 
 
 async def handle_webhook(request: web.Request) -> web.Response:

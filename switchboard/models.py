@@ -138,6 +138,10 @@ class Webhook(Base):
     secret_key_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime]
     secret_rotated_at: Mapped[datetime | None]
+    # The instance the webhook serves, as the connection kind's account key (``github.com``,
+    # ``https://git.example.com/gitea``): pinned at create, or bound by the first verified delivery
+    # with a reply address. A later delivery naming another instance gets no reply address.
+    instance: Mapped[str | None] = mapped_column(String(300))
 
 
 class Route(Base):
@@ -322,8 +326,11 @@ class Reply(Base):
     # The scope the reply was made in (coalesce of the owner ids), for echo matching.
     owner_scope: Mapped[str] = mapped_column(String(40), index=True)
     address_kind: Mapped[str] = mapped_column(String(40))
+    # The address's provider kind, part of the echo key (null on rows made before it was kept).
+    provider: Mapped[str | None] = mapped_column(String(40))
     display: Mapped[str] = mapped_column(String(300))
-    # Provider-specific thread identity (e.g. github.com/acme/api#7), for marker matching.
+    # The address's display: the provider, its instance and the thread (e.g. github
+    # github.com/acme/api#7), which echo matching requires a delivery to share.
     thread_key: Mapped[str] = mapped_column(String(300))
     text_hash: Mapped[str] = mapped_column(String(64))
     provider_object_id: Mapped[str | None] = mapped_column(String(200))

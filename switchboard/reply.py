@@ -309,6 +309,7 @@ async def _prepare(
             connection_fingerprint=connection.fingerprint,
             owner_scope=connection.owner_human_id or connection.owner_team_id or "",
             address_kind=address.kind,
+            provider=address.provider,
             display=address.display,
             thread_key=address.display,
             text_hash=hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),

@@ -24,6 +24,7 @@ from switchboard.config_changes import changing
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
+from switchboard.instances import normalize_instance
 from switchboard.models import Endpoint, Human, Route, Team, Todo, Webhook
 from switchboard.owners import (
     HANDLE_RE,
@@ -333,13 +334,18 @@ async def create_webhook(
     endpoint_slug: str,
     source: str,
     queue: str | None = None,
+    instance: str | None = None,
 ) -> NewWebhook:
+    """``instance`` pins the webhook to the instance it serves (``ghes.example.com``,
+    ``https://git.example.com/gitea``); left out, its first verified delivery with a reply address
+    binds it (see ``instances``)."""
     try:
         kind = providers.source(source)
     except UnknownKind:
         raise invalid(
             f"unknown source kind {source!r} (known: {', '.join(sorted(providers.sources))})"
         ) from None
+    pinned = normalize_instance(providers, source, instance) if instance is not None else None
     ingest_token = new_token("wh", 24)
     async with changing(db) as s:
         endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
@@ -361,6 +367,7 @@ async def create_webhook(
             trust_mode="token" if kind.secret == "none" else "signed",
             secret_state={"minted": "set", "provider": "awaiting", "none": "none"}[kind.secret],
             created_at=utcnow(),
+            instance=pinned,
         )
         secret = _mint_secret() if kind.secret == "minted" else None
         if secret is not None:
@@ -477,6 +484,8 @@ def webhook_view(webhook: Webhook, endpoint_slug: str, routes: list[str] | None 
         "queue": webhook.queue,
         "trust_mode": webhook.trust_mode,
         "secret_state": webhook.secret_state,
+        # The instance it serves (pinned, or bound by its first delivery with a reply address).
+        "instance": webhook.instance,
         "ingest_token_prefix": webhook.ingest_token_display,
         "routes": routes or [],
         "created_at": webhook.created_at,

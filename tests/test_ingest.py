@@ -1025,9 +1025,7 @@ def test_rate_limiter_refills_and_forgets_idle_clients() -> None:
     assert len(limiter._buckets) <= 3
 
 
-async def test_echo_matching_covers_every_target_scope_and_no_other(
-    services: Services, base_url: str
-) -> None:
+async def test_echo_matching_is_per_target_scope_and_no_other(services: Services, base_url: str) -> None:
     token, secret, webhook_id = await make_webhook(services, "github")
     await _routed_to(services, webhook_id, handle="bob", slug="bob-agent")
     outsider, _ = await tenancy.add_human(services.db, "eve")
@@ -1038,15 +1036,18 @@ async def test_echo_matching_covers_every_target_scope_and_no_other(
     bobs_todo = first["todos"][1]["id"]
     await _record_reply(services, bobs_todo, object_id="7001", thread_key=thread, owner_scope=outsider.id)
     await _record_reply(services, bobs_todo, object_id="7002", thread_key=thread, owner_scope=bob)
-    dispositions = []
+    answers = []
     for comment_id in (7001, 7002):
         payload = fixture("github/issue_comment/created.payload.json")
         payload["comment"]["id"] = comment_id
         body = json.dumps(payload).encode()
         headers = github_headers(secret, body, "issue_comment", f"d-{comment_id}")
-        dispositions.append((await post(base_url, token, body, headers))[1]["disposition"])
-    # A reply recorded in a scope this webhook does not reach is not ours to drop.
-    assert dispositions == ["routed", "self_reply"]
+        answers.append((await post(base_url, token, body, headers))[1])
+    # A reply recorded in a scope this webhook does not reach is not ours to drop; one recorded in
+    # Bob's scope drops Bob's todo only, because Ada's scope never said it.
+    assert [a["disposition"] for a in answers] == ["routed", "routed"]
+    endpoints = [[t["endpoint"] for t in a["todos"]] for a in answers]
+    assert endpoints == [["ada-agent", "bob-agent"], ["ada-agent"]]
 
 
 async def test_retention_prunes_old_events_that_minted_nothing_and_keeps_the_rest(

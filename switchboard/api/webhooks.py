@@ -69,6 +69,7 @@ async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
         endpoint_slug=endpoint.slug,
         source=req.body["source"],
         queue=req.body.get("queue"),
+        instance=req.body.get("instance"),
     )
     return 201, {
         "webhook": tenancy.webhook_view(new.webhook, endpoint.slug),
@@ -183,6 +184,13 @@ OPERATIONS: tuple[Operation, ...] = (
                 required=True,
             ),
             Param("queue", "string", "Target queue (default: the endpoint's first)."),
+            Param(
+                "instance",
+                "string",
+                "Pin the webhook to the instance it serves (github: the host, e.g. ghes.example.com; "
+                "gitea, cairn: the https base URL, path included). Default: bound by its first "
+                "verified delivery with a reply address.",
+            ),
         ),
     ),
     Operation(
@@ -281,6 +289,10 @@ SCHEMAS: dict[str, Any] = {
             "queue": {"type": "string"},
             "trust_mode": {"type": "string", "enum": ["signed", "token"]},
             "secret_state": {"type": "string", "enum": ["set", "awaiting", "none"]},
+            "instance": {
+                "type": ["string", "null"],
+                "description": "The instance it serves; a delivery naming another gets no reply address.",
+            },
             "ingest_token_prefix": {"type": "string"},
             "routes": {"type": "array", "items": {"type": "string"}},
             "created_at": TIMESTAMP,

@@ -30,8 +30,16 @@ def webhook_group() -> None:
     help="Source kind (github, gitea, slack, cairn, stripe, generic, …).",
 )
 @click.option("--queue", metavar="Q", help="Target queue on the endpoint (default: its first queue).")
+@click.option(
+    "--instance",
+    metavar="HOST|URL",
+    help="Pin it to the instance it serves (github: the host; gitea, cairn: the https base URL). "
+    "Default: its first verified delivery with a reply address binds it.",
+)
 @json_option
-def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: bool) -> None:
+def webhook_create(
+    endpoint_slug: str, source: str, queue: str | None, instance: str | None, as_json: bool
+) -> None:
     """Create a webhook; print its ingest URL and, for minted kinds, its secret (shown once)."""
 
     async def go(services: Services) -> tuple[tenancy.NewWebhook, str]:
@@ -42,6 +50,7 @@ def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: 
             endpoint_slug=endpoint_slug,
             source=source,
             queue=queue,
+            instance=instance,
         )
         return new, services.settings.base_url
 
@@ -64,6 +73,8 @@ def webhook_create(endpoint_slug: str, source: str, queue: str | None, as_json: 
             )
         else:
             lines.append("no signing secret: trust comes from the unguessable URL alone")
+        if view["instance"]:
+            lines.append(f"serves {view['instance']}: a delivery naming another instance gets no address")
         return "\n".join(lines)
 
     emit(as_json, data, text_out)
