@@ -135,7 +135,12 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("team", "string", "Create for this team (owners/admins); default: the caller."),
             Param("kind", "string", "Connection kind (github, gitea, slack, cairn, …).", required=True),
             Param("name", "string", "Unique in the scope.", required=True),
-            Param("account_key", "string", "Forge host, Slack team id or https base URL.", required=True),
+            Param(
+                "account_key",
+                "string",
+                "Forge host, Slack team id or https base URL (with its path, for an instance under one).",
+                required=True,
+            ),
             Param("secret", "string", "The credential (write-only).", required=True),
             Param("targets", "array", "Allowlist globs (repos, channel ids, artifact ids).", nullable=True),
             Param("endpoints", "array", "Endpoint slugs allowed to use it.", nullable=True),

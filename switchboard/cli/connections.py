@@ -38,7 +38,10 @@ def connection_group() -> None:
 @click.option("--kind", required=True, metavar="K", help="Connection kind (github, gitea, slack, cairn, …).")
 @click.option("--name", required=True, metavar="N", help="A name, unique in the owner scope.")
 @click.option(
-    "--account-key", required=True, metavar="A", help="Forge host, Slack team id, or https base URL."
+    "--account-key",
+    required=True,
+    metavar="A",
+    help="Forge host, Slack team id, or https base URL (with its path, for an instance under one).",
 )
 @click.option("--target", "targets", metavar="GLOB", multiple=True, help="Allowlist glob (repeatable).")
 @click.option(
