@@ -185,7 +185,8 @@ class Event(Base):
 class Todo(Base):
     __tablename__ = "todos"
     __table_args__ = (
-        CheckConstraint("state IN ('pending', 'claimed', 'done', 'failed')", name="state"),
+        # ``cancelled``: an operator ended it (``todos.operator.cancel``); final, like ``done``.
+        CheckConstraint("state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')", name="state"),
         # claim_next: the oldest pending todo of one endpoint (optionally one queue). Partial on
         # state so the index stays as small as the backlog, and claim latency flat as it grows.
         Index(
@@ -230,6 +231,8 @@ class Todo(Base):
     lease_token_hash: Mapped[str | None] = mapped_column(String(64))
     next_retry_at: Mapped[datetime | None]
     dead_letter: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Why it was dead-lettered (``todos.operator.DEAD_REASONS``); null while it is not a dead letter.
+    dead_reason: Mapped[str | None] = mapped_column(String(40))
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     payload_size: Mapped[int] = mapped_column(Integer)
     result: Mapped[Any | None] = mapped_column(JSON)
@@ -256,11 +259,30 @@ class Attempt(Base):
     lease_expires_at: Mapped[datetime]
     heartbeats: Mapped[int] = mapped_column(Integer, default=0)
     last_heartbeat_at: Mapped[datetime | None]
-    # completed | failed | released | expired | dead_lettered | revoked; null while open.
+    # completed | failed | released | expired | dead_lettered | revoked | cancelled; null while open.
     outcome: Mapped[str | None] = mapped_column(String(20))
     summary: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     ended_at: Mapped[datetime | None]
+
+
+class TodoEvent(Base):
+    """An operator's action on a todo (requeue, release, cancel): who, when, and the state it left.
+
+    ``actor`` is kept as text (``human:HANDLE``, ``cli:USER``) so the row still says who after the
+    human is removed; ``human_id`` has no foreign key for the same reason.
+    """
+
+    __tablename__ = "todo_events"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    todo_id: Mapped[str] = mapped_column(ForeignKey("todos.id", ondelete="CASCADE"), index=True)
+    action: Mapped[str] = mapped_column(String(20))
+    actor: Mapped[str] = mapped_column(String(100))
+    human_id: Mapped[str | None] = mapped_column(String(40))
+    from_state: Mapped[str] = mapped_column(String(20))
+    to_state: Mapped[str] = mapped_column(String(20))
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
 
 
 class Connection(Base):

@@ -281,6 +281,7 @@ async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
             .values(
                 state="failed",
                 dead_letter=True,
+                dead_reason="endpoint_revoked",
                 next_retry_at=None,
                 lease_expires_at=None,
                 lease_token_hash=None,

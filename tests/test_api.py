@@ -206,7 +206,7 @@ async def test_vend_shows_the_token_once_with_opt_in_families(
     for body in (listed, shown):
         assert token not in json.dumps(body) and full["token"] not in json.dumps(body)
 
-    assert (await bob.ok("GET", "/endpoints")) == {"endpoints": []}
+    assert (await bob.ok("GET", "/endpoints")) == {"endpoints": [], "next_before": None, "next_after": None}
     await bob.error("GET", "/endpoints/alice-bot", status=404, code="not_found")
     await bob.error("POST", "/endpoints/alice-bot/revoke", status=404, code="not_found")
 
@@ -285,7 +285,7 @@ async def test_webhooks_secrets_once_and_scope_isolation(
             assert secret not in body
 
     # Bob cannot see, rotate, re-secret, route or delete Alice's webhook; her endpoint is 404 to him.
-    assert (await bob.ok("GET", "/webhooks")) == {"webhooks": []}
+    assert (await bob.ok("GET", "/webhooks")) == {"webhooks": [], "next_before": None, "next_after": None}
     for method, path, body in (
         ("GET", f"/webhooks/{webhook_id}", None),
         ("POST", f"/webhooks/{webhook_id}/rotate", None),
@@ -349,7 +349,11 @@ async def test_routes_across_scopes_need_both_administered(alice: Api, bob: Api)
     # Bob sees ops-bot but neither administers it nor sees Alice's webhook.
     await bob.error("DELETE", f"/webhooks/{alices['id']}/routes/ops-bot", status=404, code="not_found")
     # Filters combine: the team's webhooks are not Alice's own.
-    assert (await alice.ok("GET", "/webhooks?team=ops")) == {"webhooks": []}
+    assert (await alice.ok("GET", "/webhooks?team=ops")) == {
+        "webhooks": [],
+        "next_before": None,
+        "next_after": None,
+    }
     await alice.error("GET", "/webhooks?team=ops&endpoint=alice-bot", status=404, code="not_found")
     (own,) = (await alice.ok("GET", "/webhooks?endpoint=alice-bot"))["webhooks"]
     assert own["routes"] == ["ops-bot"]

@@ -408,7 +408,7 @@ def test_webhook_errors_routes_and_delete(cli: Cli, database_url: str) -> None:
         err(cli("webhook", command, "wh_nope"), "not_found")
     err(cli("webhook", "set-secret", "wh_nope", input="x\n"), "not_found")
     assert ok(cli("webhook", "delete", webhook_id, "--json"))["deleted"] is True
-    assert ok(cli("webhook", "list", "--json")) == {"webhooks": []}
+    assert ok(cli("webhook", "list", "--json")) == {"webhooks": [], "next_before": None, "next_after": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,7 +602,11 @@ def test_todo_push_list_show(cli: Cli, database_url: str) -> None:
     assert [t["id"] for t in listed] == [second["id"], first["id"]]  # newest first
     assert "payload" not in listed[0] and listed[0]["endpoint"] == "alice-bot"
     assert ok(cli("todo", "list", "--queue", "ci", "--json"))["todos"][0]["id"] == first["id"]
-    assert ok(cli("todo", "list", "--state", "done", "--json")) == {"todos": []}
+    assert ok(cli("todo", "list", "--state", "done", "--json")) == {
+        "todos": [],
+        "next_before": None,
+        "next_after": None,
+    }
     assert len(ok(cli("todo", "list", "--endpoint", "alice-bot", "--limit", "1", "--json"))["todos"]) == 1
     assert "Look at the build" in cli("todo", "list").stdout
 

@@ -123,13 +123,23 @@ async def test_the_target_side_lists_routes_into_it_without_the_webhook_side(
                 "created_at": payload["routes"][0]["created_at"],
                 "webhook": None,
             }
-        ]
+        ],
+        "next_before": None,
+        "next_after": None,
     }
     assert leaks(world, text) == []
     # A member of ops sees it the same way; Eve sees none; Bob (no endpoint it routes into) none.
     assert (await api["dave"].call("GET", "/routes"))[1]["routes"][0]["webhook"] is None
-    assert (await api["eve"].call("GET", "/routes"))[1] == {"routes": []}
-    assert (await api["bob"].call("GET", "/routes"))[1] == {"routes": []}
+    assert (await api["eve"].call("GET", "/routes"))[1] == {
+        "routes": [],
+        "next_before": None,
+        "next_after": None,
+    }
+    assert (await api["bob"].call("GET", "/routes"))[1] == {
+        "routes": [],
+        "next_before": None,
+        "next_after": None,
+    }
     assert (await api["alice"].call("GET", "/routes?team=ops"))[1]["routes"][0]["id"] == world.route_id
     assert (await api["eve"].call("GET", "/routes?team=ops"))[0] == 404
 
@@ -258,7 +268,9 @@ async def test_the_operator_lists_routes_with_ids_and_removes_one_by_id(
     text = await cli("webhook", "route", "list", "--endpoint", "ops-bot")
     assert world.route_id in text.stdout and "bob-bot -> ops-bot" in text.stdout
     assert json.loads((await cli("webhook", "route", "list", "--webhook", "wh_x", "--json")).stdout) == {
-        "routes": []
+        "routes": [],
+        "next_before": None,
+        "next_after": None,
     }
 
     for args in (

@@ -6,6 +6,8 @@ just the one we happen to look at.
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -887,9 +889,12 @@ async def test_the_todo_page_truncates_a_huge_payload_and_the_board_marks_dead_l
     todo = await todos.push(db, endpoint_slug=endpoint.slug, title="big one", payload={"blob": huge})
 
     resp, text = await browser.get(f"/ui/todos/{todo.id}")
-    assert resp.status == 200 and "Showing the first 65536 characters." in text
-    shown = text[text.index("<pre>") + 5 : text.index("</pre>")]
+    assert resp.status == 200 and "Cut to about 65,536 characters" in text
+    shown = text[text.rindex("<pre>") + 5 : text.rindex("</pre>")]
     assert shown.count("&lt;") < 65536 and "<" not in shown.replace("&lt;", "")
+    # Cut on a JSON boundary: what is shown still parses, and says what it lost.
+    assert json.loads(html.unescape(shown))["blob"].endswith("… (4472 more characters cut)")
+    assert f'href="/ui/todos/{todo.id}/payload"' in text
 
     resp, _ = await browser.post(f"/ui/endpoints/{endpoint.slug}/revoke")
     assert resp.status == 303

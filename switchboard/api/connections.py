@@ -14,7 +14,7 @@ from sqlalchemy import select
 from switchboard import connections as owner_connections
 from switchboard.api.caller import Caller
 from switchboard.api.openapi import list_of, obj, ref
-from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request
+from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
 from switchboard.models import Connection
 from switchboard.tenancy import Owner
@@ -52,7 +52,7 @@ async def list_connections(req: Request) -> tuple[int, dict[str, Any]]:
     for scope in req.caller.read_scopes(req.query.get("team")):
         for row in await owner_connections.list_connections(req.services, scope):
             rows.append(_connection_for(req.caller, scope, row))
-    return 200, {"connections": rows}
+    return 200, paged(req, "connections", rows, lambda c: c["id"], lambda c: c)
 
 
 async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
@@ -119,7 +119,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "connections",
         list_connections,
         "ConnectionList",
-        query=(TEAM_QUERY,),
+        query=(TEAM_QUERY, *page_query()),
     ),
     Operation(
         "POST",

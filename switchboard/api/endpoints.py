@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from switchboard import tenancy
 from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
-from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request
+from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
 from switchboard.models import Endpoint
 from switchboard.tenancy import CONNECTION_VERBS_WARNING, Owner
@@ -35,14 +35,13 @@ async def list_endpoints(req: Request) -> tuple[int, dict[str, Any]]:
     for scope in req.caller.read_scopes(req.query.get("team")):
         rows += await tenancy.list_endpoints(req.services.db, scope)
     state = req.query.get("state")
-    rows.sort(key=lambda e: (e.created_at, e.id))
-    return 200, {
-        "endpoints": [
-            tenancy.endpoint_view(e, req.caller.label(Owner.of(e)))
-            for e in rows
-            if state is None or e.state == state
-        ]
-    }
+    return 200, paged(
+        req,
+        "endpoints",
+        [e for e in rows if state is None or e.state == state],
+        lambda e: e.id,
+        lambda e: tenancy.endpoint_view(e, req.caller.label(Owner.of(e))),
+    )
 
 
 async def vend(req: Request) -> tuple[int, dict[str, Any]]:
@@ -88,11 +87,15 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/endpoints",
         "listEndpoints",
-        "Endpoints in the caller's scopes.",
+        "Endpoints in the caller's scopes, oldest first, one cursor page.",
         "endpoints",
         list_endpoints,
         "EndpointList",
-        query=(TEAM_QUERY, Param("state", "string", "Only this state.", enum=("active", "revoked"))),
+        query=(
+            TEAM_QUERY,
+            Param("state", "string", "Only this state.", enum=("active", "revoked")),
+            *page_query(),
+        ),
     ),
     Operation(
         "POST",

@@ -23,8 +23,22 @@ def ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+# Every listing is a cursor page (``paging``): where the pages either side of it start.
+CURSORS = {
+    "next_before": {
+        "type": ["string", "null"],
+        "description": "Pass as `before` for the older rows; null when there are none.",
+    },
+    "next_after": {
+        "type": ["string", "null"],
+        "description": "Pass as `after` for the newer rows; null when there are none (yet).",
+    },
+}
+
+
 def list_of(key: str, item: str) -> dict[str, Any]:
-    return obj({key: {"type": "array", "items": ref(item)}}, [key])
+    """A listing's answer: one page of ``item`` under ``key``, and the cursors."""
+    return obj({key: {"type": "array", "items": ref(item)}, **CURSORS}, [key, *CURSORS])
 
 
 # The schemas no one resource owns: the error every route may answer, and a deletion's answer.

@@ -4,7 +4,8 @@ its query and body parameters and its response, and ``wrap`` turns it into an ai
 The same declaration registers the route, validates the request (unknown query parameters and
 body fields are refused, never ignored) and is read by ``openapi`` to document it, so the
 document cannot drift from the code. Handlers get a checked ``Request`` and return
-``(status, data)``; every failure they raise is turned into one JSON error shape here.
+``(status, data)``; every failure they raise is turned into one JSON error shape here. Every
+listing takes ``page_query()`` and answers a cursor page (``paged`` for the lists held in memory).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
 from sqlalchemy.exc import IntegrityError
@@ -24,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from switchboard.api.caller import Caller, Unauthorized, authenticate
 from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
+from switchboard.paging import LIMIT_DEFAULT, LIMIT_MAX, page_of
 from switchboard.services import Services, services_of
 from switchboard.todos import rfc3339
 from switchboard.vault import EncryptionRequired, VaultError
@@ -31,6 +33,8 @@ from switchboard.vault import EncryptionRequired, VaultError
 log = logging.getLogger("switchboard.api")
 
 PREFIX = "/api/v1"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,30 @@ class Param:
 
 # The query parameter every listing shares; handlers pass it to ``Caller.read_scopes``.
 TEAM_QUERY = Param("team", "string", "Only this team's scope (a team you belong to).")
+
+
+def page_query(default: int = LIMIT_DEFAULT, maximum: int = LIMIT_MAX) -> tuple[Param, ...]:
+    """The cursor parameters every listing takes (``paging``): ``before``, ``after``, ``limit``."""
+    return (
+        Param("before", "string", "The page of older rows: a page's `next_before` (an id)."),
+        Param("after", "string", "The page of newer rows: a page's `next_after` (an id)."),
+        Param("limit", "integer", f"At most this many (default {default}).", minimum=1, maximum=maximum),
+    )
+
+
+def paged(
+    req: Request, key: str, rows: Sequence[T], id_of: Callable[[T], str], view: Callable[[T], Any]
+) -> dict[str, Any]:
+    """A listing held in memory as one cursor page, oldest first: ``{key: [...], "next_before",
+    "next_after"}`` with each shown row passed through ``view``."""
+    page = page_of(
+        rows,
+        id_of,
+        before=req.query.get("before"),
+        after=req.query.get("after"),
+        limit=req.query.get("limit", LIMIT_DEFAULT),
+    )
+    return page.answer(key, [view(row) for row in page.rows])
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from switchboard import tenancy
 from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
-from switchboard.api.routing import Operation, Param, Request
+from switchboard.api.routing import Operation, Param, Request, page_query, paged
 from switchboard.db import Database
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.models import Human, Membership
@@ -36,7 +36,8 @@ async def _member_role(db: Database, team_id: str, handle: str) -> str | None:
 
 
 async def list_my_teams(req: Request) -> tuple[int, dict[str, Any]]:
-    return 200, {"teams": await tenancy.list_teams(req.services.db, req.caller.human.id)}
+    teams = await tenancy.list_teams(req.services.db, req.caller.human.id)
+    return 200, paged(req, "teams", teams, lambda t: t["id"], lambda t: t)
 
 
 async def create_team(req: Request) -> tuple[int, dict[str, Any]]:
@@ -82,10 +83,11 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/teams",
         "listTeams",
-        "Teams the caller belongs to, with members.",
+        "Teams the caller belongs to, with members, oldest first, one cursor page.",
         "teams",
         list_my_teams,
         "TeamList",
+        query=page_query(),
     ),
     Operation(
         "POST",

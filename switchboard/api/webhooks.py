@@ -16,7 +16,7 @@ from sqlalchemy import select
 from switchboard import routes, tenancy
 from switchboard.api.endpoints import visible_endpoint
 from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
-from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request
+from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
 from switchboard.models import Endpoint, Webhook
 from switchboard.tenancy import Owner
@@ -50,12 +50,12 @@ async def list_webhooks(req: Request) -> tuple[int, dict[str, Any]]:
         endpoint = await visible_endpoint(req, slug)
         if Owner.of(endpoint) not in scopes:  # both filters given, and they disagree
             raise not_found(f"endpoint {slug!r}")
-        return 200, {"webhooks": await tenancy.list_webhooks(req.services.db, slug)}
-    rows: list[dict[str, Any]] = []
-    for scope in scopes:
-        rows += await tenancy.list_webhooks(req.services.db, owner=scope)
-    rows.sort(key=lambda w: (w["created_at"], w["id"]))
-    return 200, {"webhooks": rows}
+        rows = await tenancy.list_webhooks(req.services.db, slug)
+    else:
+        rows = []
+        for scope in scopes:
+            rows += await tenancy.list_webhooks(req.services.db, owner=scope)
+    return 200, paged(req, "webhooks", rows, lambda w: w["id"], lambda w: w)
 
 
 async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
@@ -148,9 +148,13 @@ async def remove_route_by_id(req: Request) -> tuple[int, dict[str, Any]]:
 async def list_routes(req: Request) -> tuple[int, dict[str, Any]]:
     """Routes into the caller's endpoints; the webhook's side only where the caller can see it."""
     rows = await routes.list_routes(req.services.db, into=req.caller.read_scopes(req.query.get("team")))
-    return 200, {
-        "routes": [routes.route_view(r, show_source=req.caller.sees(Owner.of(r.source))) for r in rows]
-    }
+    return 200, paged(
+        req,
+        "routes",
+        rows,
+        lambda r: r.route.id,
+        lambda r: routes.route_view(r, show_source=req.caller.sees(Owner.of(r.source))),
+    )
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -158,11 +162,11 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/webhooks",
         "listWebhooks",
-        "Webhooks in the caller's scopes (never a secret).",
+        "Webhooks in the caller's scopes (never a secret), oldest first, one cursor page.",
         "webhooks",
         list_webhooks,
         "WebhookList",
-        query=(TEAM_QUERY, Param("endpoint", "string", "Only this endpoint's webhooks.")),
+        query=(TEAM_QUERY, Param("endpoint", "string", "Only this endpoint's webhooks."), *page_query()),
     ),
     Operation(
         "POST",
@@ -265,7 +269,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "webhooks",
         list_routes,
         "RouteList",
-        query=(TEAM_QUERY,),
+        query=(TEAM_QUERY, *page_query()),
     ),
     Operation(
         "DELETE",

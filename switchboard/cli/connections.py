@@ -10,7 +10,9 @@ from switchboard import connections, tenancy
 from switchboard.cli.group import main
 from switchboard.cli.inputs import one_owner, owner_scope, read_secret
 from switchboard.cli.output import emit, json_option, table
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.paging import page_of
 from switchboard.services import Services
 
 
@@ -90,20 +92,28 @@ def connection_add(
 @connection_group.command("list")
 @click.option("--owner", "owner_handle", metavar="HANDLE", help="Only this human's connections.")
 @click.option("--team", "team_slug", metavar="SLUG", help="Only this team's connections.")
+@page_options()
 @json_option
-def connection_list(owner_handle: str | None, team_slug: str | None, as_json: bool) -> None:
-    """List connections (fingerprints only, never a secret)."""
+def connection_list(
+    owner_handle: str | None,
+    team_slug: str | None,
+    before: str | None,
+    after: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List connections, oldest first (fingerprints only, never a secret)."""
     one_owner(owner_handle, team_slug, required=False)
 
     async def go(services: Services) -> list[dict[str, Any]]:
         scope = await owner_scope(services, owner_handle, team_slug)
         return await connections.list_connections(services, scope)
 
-    rows = do(go)
+    page = page_of(do(go), lambda c: c["id"], before=before, after=after, limit=limit)
     emit(
         as_json,
-        {"connections": rows},
-        lambda: table([_connection_line(c) for c in rows], "no connections"),
+        page.answer("connections", page.rows),
+        lambda: with_hint(table([_connection_line(c) for c in page.rows], "no connections"), page),
     )
 
 

@@ -10,7 +10,9 @@ from switchboard import tenancy
 from switchboard.cli.group import main
 from switchboard.cli.inputs import one_owner, owner_labels, owner_scope
 from switchboard.cli.output import emit, json_option, table, when
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.paging import page_of
 from switchboard.services import Services
 from switchboard.tenancy import CONNECTION_VERBS_WARNING, Owner
 
@@ -103,9 +105,17 @@ def endpoint_vend(
 @endpoint_group.command("list")
 @click.option("--owner", "owner_handle", metavar="HANDLE", help="Only this human's endpoints.")
 @click.option("--team", "team_slug", metavar="SLUG", help="Only this team's endpoints.")
+@page_options()
 @json_option
-def endpoint_list(owner_handle: str | None, team_slug: str | None, as_json: bool) -> None:
-    """List endpoints (tokens only as their display prefix)."""
+def endpoint_list(
+    owner_handle: str | None,
+    team_slug: str | None,
+    before: str | None,
+    after: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List endpoints, oldest first (tokens only as their display prefix)."""
     one_owner(owner_handle, team_slug, required=False)
 
     async def go(services: Services) -> list[dict[str, Any]]:
@@ -114,24 +124,28 @@ def endpoint_list(owner_handle: str | None, team_slug: str | None, as_json: bool
         labels = await owner_labels(services.db, [Owner.of(e) for e in endpoints])
         return [tenancy.endpoint_view(e, labels.get(Owner.of(e).id, "?")) for e in endpoints]
 
-    rows = do(go)
+    page = page_of(do(go), lambda e: e["id"], before=before, after=after, limit=limit)
+    rows = page.rows
     emit(
         as_json,
-        {"endpoints": rows},
-        lambda: table(
-            [
+        page.answer("endpoints", rows),
+        lambda: with_hint(
+            table(
                 [
-                    e["slug"],
-                    e["owner"],
-                    e["state"],
-                    ",".join(e["queues"]),
-                    ",".join(e["families"]),
-                    e["token_prefix"],
-                    f"expires {when(e['expires_at'])}" if e["expires_at"] else "",
-                ]
-                for e in rows
-            ],
-            "no endpoints",
+                    [
+                        e["slug"],
+                        e["owner"],
+                        e["state"],
+                        ",".join(e["queues"]),
+                        ",".join(e["families"]),
+                        e["token_prefix"],
+                        f"expires {when(e['expires_at'])}" if e["expires_at"] else "",
+                    ]
+                    for e in rows
+                ],
+                "no endpoints",
+            ),
+            page,
         ),
     )
 

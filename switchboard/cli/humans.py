@@ -8,8 +8,10 @@ import click
 from switchboard import humans, tenancy
 from switchboard.cli.group import main
 from switchboard.cli.output import emit, json_option, table, when
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
 from switchboard.models import Human
+from switchboard.paging import page_of
 from switchboard.services import Services
 
 
@@ -37,23 +39,36 @@ def human_add(handle: str, email: str | None, as_json: bool) -> None:
 
 
 @human_group.command("list")
+@page_options()
 @json_option
-def human_list(as_json: bool) -> None:
-    """List humans (tokens only as their display prefix)."""
+def human_list(before: str | None, after: str | None, limit: int, as_json: bool) -> None:
+    """List humans, oldest first (tokens only as their display prefix)."""
 
     async def go(services: Services) -> list[Human]:
         return await tenancy.list_humans(services.db)
 
-    rows = [tenancy.human_view(h) for h in do(go)]
+    page = page_of(
+        [tenancy.human_view(h) for h in do(go)], lambda h: h["id"], before=before, after=after, limit=limit
+    )
+    rows = page.rows
     emit(
         as_json,
-        {"humans": rows},
-        lambda: table(
-            [
-                [h["handle"], h["email"] or "-", h["token_prefix"], h["token_state"], when(h["created_at"])]
-                for h in rows
-            ],
-            "no humans",
+        page.answer("humans", rows),
+        lambda: with_hint(
+            table(
+                [
+                    [
+                        h["handle"],
+                        h["email"] or "-",
+                        h["token_prefix"],
+                        h["token_state"],
+                        when(h["created_at"]),
+                    ]
+                    for h in rows
+                ],
+                "no humans",
+            ),
+            page,
         ),
     )
 

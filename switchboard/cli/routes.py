@@ -9,8 +9,10 @@ import click
 
 from switchboard import routes, tenancy
 from switchboard.cli.output import emit, json_option, table, when
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
 from switchboard.cli.webhooks import webhook_group
+from switchboard.paging import page_of
 from switchboard.services import Services
 
 
@@ -75,29 +77,41 @@ def webhook_route_remove(
 @webhook_route_group.command("list")
 @click.option("--webhook", "webhook_id", metavar="ID", help="Only this webhook's routes.")
 @click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only routes into this endpoint.")
+@page_options()
 @json_option
-def webhook_route_list(webhook_id: str | None, endpoint_slug: str | None, as_json: bool) -> None:
+def webhook_route_list(
+    webhook_id: str | None,
+    endpoint_slug: str | None,
+    before: str | None,
+    after: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List routes with their ids, oldest first (every scope: the operator sees both ends)."""
 
     async def go(services: Services) -> list[dict[str, Any]]:
         rows = await routes.list_routes(services.db, webhook_id=webhook_id, endpoint_slug=endpoint_slug)
         return [routes.route_view(row, show_source=True) for row in rows]
 
-    views = do(go)
+    page = page_of(do(go), lambda v: v["id"], before=before, after=after, limit=limit)
+    views = page.rows
     emit(
         as_json,
-        {"routes": views},
-        lambda: table(
-            [
+        page.answer("routes", views),
+        lambda: with_hint(
+            table(
                 [
-                    v["id"],
-                    v["webhook"],
-                    f"{v['webhook_endpoint']} -> {v['endpoint']}",
-                    v["queue"],
-                    when(v["created_at"]),
-                ]
-                for v in views
-            ],
-            "no routes",
+                    [
+                        v["id"],
+                        v["webhook"],
+                        f"{v['webhook_endpoint']} -> {v['endpoint']}",
+                        v["queue"],
+                        when(v["created_at"]),
+                    ]
+                    for v in views
+                ],
+                "no routes",
+            ),
+            page,
         ),
     )

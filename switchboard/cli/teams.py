@@ -9,7 +9,9 @@ import click
 from switchboard import tenancy
 from switchboard.cli.group import main
 from switchboard.cli.output import emit, json_option, table
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.paging import page_of
 from switchboard.services import Services
 
 
@@ -41,23 +43,28 @@ def team_add(slug: str, owner_handle: str, as_json: bool) -> None:
 
 
 @team_group.command("list")
+@page_options()
 @json_option
-def team_list(as_json: bool) -> None:
-    """List teams and their members."""
+def team_list(before: str | None, after: str | None, limit: int, as_json: bool) -> None:
+    """List teams and their members, oldest first."""
 
     async def go(services: Services) -> list[dict[str, Any]]:
         return await tenancy.list_teams(services.db)
 
-    teams = do(go)
+    page = page_of(do(go), lambda t: t["id"], before=before, after=after, limit=limit)
+    teams = page.rows
     emit(
         as_json,
-        {"teams": teams},
-        lambda: table(
-            [
-                [t["slug"], ", ".join(f"{m['handle']} ({m['role']})" for m in t["members"]) or "-"]
-                for t in teams
-            ],
-            "no teams",
+        page.answer("teams", teams),
+        lambda: with_hint(
+            table(
+                [
+                    [t["slug"], ", ".join(f"{m['handle']} ({m['role']})" for m in t["members"]) or "-"]
+                    for t in teams
+                ],
+                "no teams",
+            ),
+            page,
         ),
     )
 

@@ -1,4 +1,6 @@
-"""``switchboard todo``: push a todo by hand, list and inspect todos."""
+"""``switchboard todo``: push a todo by hand, list and inspect todos, and an operator's hands on them
+(requeue, release, cancel; requeue in bulk by filter). The CLI acts as the instance operator: every
+scope, and the history names it ``cli:USER``."""
 
 from __future__ import annotations
 
@@ -9,15 +11,18 @@ import click
 
 from switchboard import todos
 from switchboard.cli.group import main
-from switchboard.cli.output import emit, fail, json_option, table
+from switchboard.cli.output import emit, fail, json_option, table, when
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
 from switchboard.errors import SwitchboardError, invalid
+from switchboard.paging import Page
 from switchboard.services import Services
+from switchboard.todos import operator as todo_ops
 
 
 @main.group("todo")
 def todo_group() -> None:
-    """Push, list and inspect todos."""
+    """Push, list and inspect todos; requeue, release or cancel them."""
 
 
 def _parse_payload(raw: str | None) -> Any:
@@ -54,81 +59,209 @@ def todo_push(endpoint_slug: str, title: str, queue: str | None, payload: str | 
             services.db, endpoint_slug=endpoint_slug, title=title, queue=queue, payload=value
         )
         await services.todos_created([todo.id])
-        return {**todos.todo_row(todo), "endpoint": endpoint_slug}
+        return todos.operator_row(todo, endpoint_slug)
 
     row = do(go)
     emit(as_json, {"todo": row}, f"todo {row['id']} pushed to {endpoint_slug}/{row['queue']}")
 
 
+def filter_options(fn: Any) -> Any:
+    """The filters ``todo list`` and the bulk ``todo requeue`` share (``todos.TodoFilter``)."""
+    for option in reversed(
+        (
+            click.option("--endpoint", "endpoint", metavar="SLUG", help="Only this endpoint's todos."),
+            click.option("--queue", metavar="Q", help="Only this queue."),
+            click.option("--source", metavar="KIND", help="Only this source kind (github, manual, …)."),
+            click.option("--kind", metavar="K", help="Only this kind (the event, e.g. push)."),
+            click.option("--search", metavar="TEXT", help="Only titles containing TEXT (any case)."),
+            click.option(
+                "--place", metavar="REPO|CHANNEL", help="Only replies into this repo or channel id."
+            ),
+            click.option(
+                "--since", metavar="TIME", help="Created at or after (RFC 3339 or YYYY-MM-DD, UTC)."
+            ),
+            click.option("--until", metavar="TIME", help="Created before (RFC 3339 or YYYY-MM-DD, UTC)."),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _state_label(t: dict[str, Any]) -> str:
+    return str(t["state"]) + (" (dead)" if t["dead_letter"] else "")
+
+
 @todo_group.command("list")
-@click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only this endpoint's todos.")
-@click.option("--state", type=click.Choice(("pending", "claimed", "done", "failed")), help="Only this state.")
-@click.option("--queue", metavar="Q", help="Only this queue.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--state", type=click.Choice(todos.BOARD_STATES), help="Only this state (dead: dead letters).")
+@filter_options
+@page_options(50, todos.OPERATOR_LIMIT_MAX)
 @json_option
 def todo_list(
-    endpoint_slug: str | None, state: str | None, queue: str | None, limit: int, as_json: bool
+    state: str | None, before: str | None, after: str | None, limit: int, as_json: bool, **filters: str | None
 ) -> None:
-    """List todos, newest first (no payloads)."""
+    """List todos, newest first (no payloads), one page at a time."""
 
-    async def go(services: Services) -> list[dict[str, Any]]:
+    async def go(services: Services) -> Page[dict[str, Any]]:
         return await todos.list_in_scopes(
-            services.db, scopes=None, endpoint_slug=endpoint_slug, state=state, queue=queue, limit=limit
+            services.db,
+            scopes=None,
+            filters=todos.TodoFilter.of(state=state, **filters),
+            before=before,
+            after=after,
+            limit=limit,
         )
 
-    rows = do(go)
+    page = do(go)
+    rows = page.rows
     emit(
         as_json,
-        {"todos": rows},
-        lambda: table(
-            [
+        page.answer("todos", rows),
+        lambda: with_hint(
+            table(
                 [
-                    t["id"],
-                    f"{t['endpoint']}/{t['queue']}",
-                    t["state"] + (" (dead)" if t["dead_letter"] else ""),
-                    t["source"],
-                    t["title"][:70],
-                ]
-                for t in rows
-            ],
-            "no todos",
+                    [t["id"], f"{t['endpoint']}/{t['queue']}", _state_label(t), t["source"], t["title"][:70]]
+                    for t in rows
+                ],
+                "no todos",
+            ),
+            page,
         ),
     )
+
+
+def _detail_lines(row: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{row['id']}  {row['state']}{' (dead letter)' if row['dead_letter'] else ''}",
+        f"title:    {row['title']}",
+        f"endpoint: {row['endpoint']}  queue: {row['queue']}",
+        f"source:   {row['source']}  kind: {row['kind']}",
+        f"attempt:  {row['attempt']}/{row['max_attempts']}  created {row['created_at']}",
+    ]
+    if row["dead_letter"]:
+        lines.append(f"dead:     {todo_ops.dead_reason_text(row['dead_reason'])} ({row['dead_reason']})")
+    if row["lease_expires_at"]:
+        lines.append(f"lease:    until {row['lease_expires_at']}")
+    if row["next_retry_at"]:
+        lines.append(f"retry:    at {row['next_retry_at']}")
+    lines.append(f"finished: {when(row['finished_at'])}")
+    if row["reply_to"]:
+        lines.append(f"reply to: {row['reply_to'].get('display', row['reply_to'].get('kind'))}")
+    for a in row["attempts"]:
+        lines.append(
+            f"attempt {a['number']}: {a['endpoint']} claimed {a['claimed_at']} → {a['outcome'] or 'open'}"
+            + (f" ({a['summary']})" if a.get("summary") else "")
+            + (f" error: {a['error']}" if a.get("error") else "")
+        )
+    for r in row["replies"]:
+        lines.append(
+            f"reply {r.get('id') or r.get('reply_id')}: {r.get('state')} {r.get('display', '')} "
+            f"{r.get('permalink') or ''}".rstrip()
+        )
+    for e in row["history"]:
+        lines.append(
+            f"{e['at']} {e['action']} by {e['actor']}: {e['from_state']} → {e['to_state']}"
+            + (f" ({e['detail']})" if e["detail"] else "")
+        )
+    lines.append("result:" if row["result"] is not None else "result:   -")
+    if row["result"] is not None:
+        lines.append(json.dumps(row["result"], indent=2, ensure_ascii=False))
+    lines.append("payload:")
+    lines.append(json.dumps(row["payload"], indent=2, ensure_ascii=False))
+    return lines
 
 
 @todo_group.command("show")
 @click.argument("todo_id")
 @json_option
 def todo_show(todo_id: str, as_json: bool) -> None:
-    """Show one todo with its payload, attempts and replies."""
+    """Show one todo with its result, payload, attempts, replies and operator history."""
 
     async def go(services: Services) -> dict[str, Any]:
         return await todos.show_in_scopes(services.db, todo_id, scopes=None)
 
     row = do(go)
+    emit(as_json, {"todo": row}, lambda: "\n".join(_detail_lines(row)))
 
-    def text_out() -> str:
-        lines = [
-            f"{row['id']}  {row['state']}{' (dead letter)' if row['dead_letter'] else ''}",
-            f"title:    {row['title']}",
-            f"endpoint: {row['endpoint']}  queue: {row['queue']}",
-            f"source:   {row['source']}  kind: {row['kind']}",
-            f"attempt:  {row['attempt']}/{row['max_attempts']}  created {row['created_at']}",
-        ]
-        if row["reply_to"]:
-            lines.append(f"reply to: {row['reply_to'].get('display', row['reply_to'].get('kind'))}")
-        for a in row["attempts"]:
-            lines.append(
-                f"attempt {a['number']}: {a['endpoint']} claimed {a['claimed_at']} → {a['outcome'] or 'open'}"
-                + (f" ({a['summary']})" if a.get("summary") else "")
-            )
-        for r in row["replies"]:
-            lines.append(
-                f"reply {r.get('id') or r.get('reply_id')}: {r.get('state')} {r.get('display', '')} "
-                f"{r.get('permalink') or ''}".rstrip()
-            )
-        lines.append("payload:")
-        lines.append(json.dumps(row["payload"], indent=2, ensure_ascii=False))
-        return "\n".join(lines)
 
-    emit(as_json, {"todo": row}, text_out)
+def _acted(action: str, answer: dict[str, Any]) -> str:
+    todo, event = answer["todo"], answer["event"]
+    note = f" ({event['detail']})" if event["detail"] else ""
+    return f"todo {todo['id']} {action}: {event['from_state']} → {event['to_state']}{note}"
+
+
+def _one(action: str, verb: str, todo_id: str, as_json: bool) -> None:
+    act = {"requeue": todo_ops.requeue, "release": todo_ops.release, "cancel": todo_ops.cancel}[action]
+
+    async def go(services: Services) -> dict[str, Any]:
+        return await act(services, todo_id, scopes=None, actor=todo_ops.Actor.cli())
+
+    answer = do(go)
+    emit(as_json, answer, _acted(verb, answer))
+
+
+@todo_group.command("requeue")
+@click.argument("todo_id", required=False)
+@click.option(
+    "--state",
+    type=click.Choice(todo_ops.BULK_STATES),
+    help="Requeue in bulk: every dead letter (dead) or every failed todo (failed) matching the filters.",
+)
+@filter_options
+@click.option(
+    "--limit",
+    type=click.IntRange(1, todo_ops.BULK_LIMIT_MAX),
+    default=todo_ops.BULK_LIMIT_DEFAULT,
+    show_default=True,
+    help="Bulk: requeue at most this many.",
+)
+@click.option("--dry-run", is_flag=True, help="Bulk: count what matches, change nothing.")
+@json_option
+def todo_requeue(
+    todo_id: str | None, state: str | None, limit: int, dry_run: bool, as_json: bool, **filters: str | None
+) -> None:
+    """Put a failed todo or dead letter back on its queue with a fresh attempt budget: TODO_ID, or
+    in bulk with --state dead|failed and filters (each todo gets its own history row)."""
+    bulk = state is not None or dry_run or any(v is not None for v in filters.values())
+    if todo_id is not None and bulk:
+        raise click.UsageError("give TODO_ID, or --state with filters for a bulk requeue, not both")
+    if todo_id is not None:
+        _one("requeue", "requeued", todo_id, as_json)
+        return
+    if state is None:
+        raise click.UsageError("name a todo (TODO_ID), or requeue in bulk with --state dead|failed")
+
+    async def go(services: Services) -> dict[str, Any]:
+        return await todo_ops.requeue_matching(
+            services,
+            todos.TodoFilter.of(state=state, **filters),
+            scopes=None,
+            actor=todo_ops.Actor.cli(),
+            limit=limit,
+            dry_run=dry_run,
+        )
+
+    answer = do(go)
+    if dry_run:
+        text = f"{answer['matched']} todo(s) match; nothing was changed (--dry-run)"
+    else:
+        text = f"{answer['requeued']} of {answer['matched']} matching todo(s) requeued"
+        if answer["more"]:
+            text += "; more still match (run it again, or raise --limit)"
+    emit(as_json, answer, text)
+
+
+@todo_group.command("release")
+@click.argument("todo_id")
+@json_option
+def todo_release(todo_id: str, as_json: bool) -> None:
+    """End a claim now: the todo is pending again (the attempt is given back), and the agent's later
+    heartbeat, complete or fail on that claim is a conflict."""
+    _one("release", "released", todo_id, as_json)
+
+
+@todo_group.command("cancel")
+@click.argument("todo_id")
+@json_option
+def todo_cancel(todo_id: str, as_json: bool) -> None:
+    """Cancel a pending, claimed or failed todo for good (its state becomes cancelled)."""
+    _one("cancel", "cancelled", todo_id, as_json)

@@ -10,7 +10,9 @@ from switchboard import tenancy
 from switchboard.cli.group import main
 from switchboard.cli.inputs import read_secret
 from switchboard.cli.output import emit, json_option, table
+from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.paging import page_of
 from switchboard.services import Services
 
 
@@ -82,33 +84,40 @@ def webhook_create(
 
 @webhook_group.command("list")
 @click.option("--endpoint", "endpoint_slug", metavar="SLUG", help="Only this endpoint's webhooks.")
+@page_options()
 @json_option
-def webhook_list(endpoint_slug: str | None, as_json: bool) -> None:
-    """List webhooks (never a secret; the ingest token only as its prefix)."""
+def webhook_list(
+    endpoint_slug: str | None, before: str | None, after: str | None, limit: int, as_json: bool
+) -> None:
+    """List webhooks, oldest first (never a secret; the ingest token only as its prefix)."""
 
     async def go(services: Services) -> list[dict[str, Any]]:
         if endpoint_slug is not None:
             await tenancy.get_endpoint(services.db, endpoint_slug)
         return await tenancy.list_webhooks(services.db, endpoint_slug)
 
-    rows = do(go)
+    page = page_of(do(go), lambda w: w["id"], before=before, after=after, limit=limit)
+    rows = page.rows
     emit(
         as_json,
-        {"webhooks": rows},
-        lambda: table(
-            [
+        page.answer("webhooks", rows),
+        lambda: with_hint(
+            table(
                 [
-                    w["id"],
-                    w["source"],
-                    f"{w['endpoint']}/{w['queue']}",
-                    w["trust_mode"],
-                    f"secret:{w['secret_state']}",
-                    w["ingest_token_prefix"],
-                    f"routes:{','.join(w['routes'])}" if w["routes"] else "",
-                ]
-                for w in rows
-            ],
-            "no webhooks",
+                    [
+                        w["id"],
+                        w["source"],
+                        f"{w['endpoint']}/{w['queue']}",
+                        w["trust_mode"],
+                        f"secret:{w['secret_state']}",
+                        w["ingest_token_prefix"],
+                        f"routes:{','.join(w['routes'])}" if w["routes"] else "",
+                    ]
+                    for w in rows
+                ],
+                "no webhooks",
+            ),
+            page,
         ),
     )
 

@@ -2,9 +2,12 @@
 
 MCP, the API, the web UI and the CLI call these functions and never touch the table themselves.
 The modules are split by who uses them: ``create`` (ingest and ``todo push``), ``views`` (the JSON
-every surface shows), ``queries`` (operators and the board, by owner scope) and ``lifecycle`` (the
-agent's verbs, the lease reaper and the retry scheduler), whose SQL is in ``statements``. This
-package re-exports their public names, so callers keep writing ``todos.claim_next(...)``.
+every surface shows), ``queries`` (operators and the board, by owner scope: filters, cursor pages,
+counts), ``operator`` (an operator's requeue, release and cancel, one by one or in bulk, each kept
+on the todo's history) and ``lifecycle`` (the agent's verbs, the lease reaper and the retry
+scheduler), whose SQL is in ``statements``. This package re-exports their public names, so
+callers keep writing ``todos.claim_next(...)``; the operator's actions stay under their module's
+name (``todos.operator.requeue``), apart from the agent's verbs of the same names.
 """
 
 from switchboard.db import rfc3339
@@ -44,9 +47,14 @@ from switchboard.todos.lifecycle import (
 from switchboard.todos.queries import (
     BOARD_STATES,
     OPERATOR_LIMIT_MAX,
+    TodoFilter,
+    filter_choices,
     list_in_scopes,
-    scoped_rows,
+    operator_row,
+    parse_time,
+    scoped_page,
     show_in_scopes,
+    state_counts,
 )
 from switchboard.todos.views import (
     attempt_view,
@@ -74,6 +82,7 @@ __all__ = [
     "SUMMARY_MAX_CHARS",
     "SWEEP_BATCH",
     "TITLE_LIMIT",
+    "TodoFilter",
     "attempt_view",
     "claim",
     "claim_many",
@@ -81,12 +90,15 @@ __all__ = [
     "complete",
     "encode_payload",
     "fail",
+    "filter_choices",
     "get_todo",
     "heartbeat",
     "lifecycle_pass",
     "list_in_scopes",
     "list_todos",
     "new_todo_row",
+    "operator_row",
+    "parse_time",
     "payload_of",
     "public_reply_to",
     "push",
@@ -97,8 +109,9 @@ __all__ = [
     "retry_delay",
     "rfc3339",
     "schedule_retries",
-    "scoped_rows",
+    "scoped_page",
     "show_in_scopes",
+    "state_counts",
     "todo_detail",
     "todo_row",
 ]

@@ -23,7 +23,7 @@ from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
 from switchboard.todos.statements import add_attempt, claim_rows, complete_row, update_open_attempt
 from switchboard.todos.views import payload_of, replies_summary, todo_detail, todo_row
 
-STATES = ("pending", "claimed", "done", "failed")
+STATES = ("pending", "claimed", "done", "failed", "cancelled")
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 200
 RETRY_BASE_SECONDS = 30
@@ -146,9 +146,10 @@ def _back_to_pending(todo: Todo, now: datetime) -> None:
     todo.updated_at = now
 
 
-def _dead_letter(todo: Todo, now: datetime) -> None:
+def _dead_letter(todo: Todo, now: datetime, reason: str) -> None:
     todo.state = "failed"
     todo.dead_letter = True
+    todo.dead_reason = reason  # one of operator.DEAD_REASONS
     todo.next_retry_at = None
     todo.lease_expires_at = None
     todo.lease_token_hash = None
@@ -398,7 +399,7 @@ async def fail(
             s, todo, outcome="dead_lettered" if last else "failed", ended_at=now, summary=summary, error=error
         )
         if last:
-            _dead_letter(todo, now)
+            _dead_letter(todo, now, "attempts_exhausted")
         else:
             todo.state = "failed"
             todo.next_retry_at = now + timedelta(seconds=retry_delay(todo.attempt))
@@ -456,7 +457,7 @@ async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
         for todo in todos:
             if todo.attempt >= todo.max_attempts:
                 await _close_attempt(s, todo, now, "dead_lettered", error="lease expired")
-                _dead_letter(todo, now)
+                _dead_letter(todo, now, "lease_expired")
             else:
                 await _close_attempt(s, todo, now, "expired", error="lease expired")
                 _back_to_pending(todo, now)

@@ -114,7 +114,8 @@ def reply_view(reply: Reply) -> dict[str, Any]:
 
 
 async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
-    """Row + ``payload``, ``result``, ``attempts`` and the ``replies`` list (MCP ``get_todo``)."""
+    """Row + ``payload``, ``result``, ``finished_at``, ``dead_reason``, ``attempts`` and the
+    ``replies`` list (MCP ``get_todo``)."""
     attempts = (
         await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))
     ).all()
@@ -127,6 +128,8 @@ async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
         "payload": payload_of(todo),
         "result": todo.result,
         "finished_at": rfc3339(todo.finished_at),
+        # Why it is a dead letter (``attempts_exhausted``, ``lease_expired``, ``endpoint_revoked``).
+        "dead_reason": todo.dead_reason,
         "attempts": [attempt_view(a) for a in attempts],
         "replies": [reply_view(r) for r in replies],
     }

@@ -7,8 +7,9 @@ Where things are:
 * ``html`` — the escaping rule (``h``/``Safe``), widgets and page skeletons;
 * ``session`` — login, the session cookie, CSRF, ``Viewer`` and ``authed``;
 * ``forms`` — reading forms, and ``shows_refusals``: how a refused POST comes back;
-* one module per page family: ``board``, ``endpoints``, ``webhooks``, ``connections``, ``teams``,
-  ``account`` (your token and web sessions).
+* one module per page family: ``board`` (and ``todo_page``: one todo, its actions and raw
+  payload), ``endpoints``, ``webhooks``, ``connections``, ``teams``, ``account`` (your token and web
+  sessions).
 
 Every handler but login is wrapped by ``authed`` here, in the route table, so no page can forget
 its session or CSRF check. Pages are built by ``h()``, which HTML-escapes every interpolated value
@@ -29,7 +30,17 @@ from pathlib import Path
 from aiohttp import web
 
 from switchboard.db import is_unavailable
-from switchboard.web import account, board, connections, endpoints, routes, session, teams, webhooks
+from switchboard.web import (
+    account,
+    board,
+    connections,
+    endpoints,
+    routes,
+    session,
+    teams,
+    todo_page,
+    webhooks,
+)
 from switchboard.web.forms import page_view
 from switchboard.web.html import error_page
 from switchboard.web.session import authed, load_viewer
@@ -98,7 +109,14 @@ def setup(app: web.Application) -> None:
         ("POST", "/ui/account/sessions/end-others", account.end_other_sessions),
         ("POST", "/ui/account/sessions/{ref}/end", account.end_session),
         ("GET", "/ui", board.board),
-        ("GET", "/ui/todos/{todo_id}", board.todo_detail),
+        ("GET", "/ui/todos/requeue", board.bulk_confirm),
+        ("POST", "/ui/todos/requeue", board.bulk_requeue),
+        ("GET", "/ui/todos/{todo_id}", todo_page.todo_detail),
+        ("GET", "/ui/todos/{todo_id}/payload", todo_page.raw_payload),
+        ("POST", "/ui/todos/{todo_id}/requeue", todo_page.requeue),
+        ("POST", "/ui/todos/{todo_id}/release", todo_page.release),
+        ("GET", "/ui/todos/{todo_id}/cancel", todo_page.cancel_confirm),
+        ("POST", "/ui/todos/{todo_id}/cancel", todo_page.cancel),
         ("GET", "/ui/endpoints", page_view(endpoints.endpoints_page)),
         ("POST", "/ui/endpoints", endpoints.vend),
         ("POST", "/ui/endpoints/{slug}/revoke", endpoints.revoke),

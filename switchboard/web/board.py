@@ -1,24 +1,36 @@
-"""The board (``/ui``): todos of the viewer's scopes, newest first, and one todo's detail page.
+"""The board (``/ui``): todos of the viewer's scopes, newest first, a cursor page at a time, with
+per-state counts, search and filters; and the bulk requeue of the dead letters it shows.
 
 Titles, reply displays and payloads come from webhook senders: they are shown as escaped text,
-never as markup, and permalinks become links only for http(s) URLs.
+never as markup, and permalinks become links only for http(s) URLs. The filters live in the query
+string; every todo link carries them (``back=``) so the todo page's way back returns to the same
+board, filters and page.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 from sqlalchemy import select
 
 from switchboard.errors import SwitchboardError
-from switchboard.models import Attempt, Endpoint, Todo
-from switchboard.reply import replies_of
+from switchboard.models import Endpoint, Todo
 from switchboard.services import services_of
-from switchboard.todos import BOARD_STATES, payload_of, replies_summary, scoped_rows
+from switchboard.tenancy import Owner
+from switchboard.todos import (
+    BOARD_STATES,
+    TodoFilter,
+    filter_choices,
+    replies_summary,
+    scoped_page,
+    state_counts,
+)
+from switchboard.todos import operator as todo_ops
+from switchboard.web.forms import see_other
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
@@ -26,23 +38,39 @@ from switchboard.web.html import (
     badge,
     dropdown,
     h,
+    hidden,
     join,
-    kv,
     link_if_web,
     mono,
     muted,
     notice_of,
     page,
+    post_form,
     same,
     table,
-    when,
 )
 from switchboard.web.session import Viewer
 
 BOARD_LIMIT_DEFAULT = 100
 BOARD_LIMIT_MAX = 500
-PAYLOAD_SHOWN_MAX = 64 * 1024
 BOARD_COLUMNS = ("Todo", "Endpoint / queue", "Source", "State", "Attempts", "Reply to", "Replies", "Created")
+# The query parameters of a board page: its filters, its page, and nothing else.
+FILTER_PARAMS = ("state", "endpoint", "queue", "source", "kind", "q", "place", "from", "to")
+BOARD_PARAMS = (*FILTER_PARAMS, "limit", "before", "after")
+BACK_MAX = 2000
+
+
+def utc(value: datetime | str | None) -> Safe:
+    """A time as every board and todo page shows it: to the second, labelled UTC."""
+    if value is None:
+        return MUTED_DASH
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    moment = moment.astimezone(UTC)
+    return h(
+        '<time datetime="{iso}">{text} UTC</time>',
+        iso=moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        text=moment.strftime("%Y-%m-%d %H:%M:%S"),
+    )
 
 
 def reply_to_cell(reply_to: Mapping[str, Any] | None) -> Safe:
@@ -69,99 +97,235 @@ def replies_cell(summary: Mapping[str, Any] | None) -> Safe:
 def state_cell(todo: Todo) -> Safe:
     cell = badge(todo.state)
     if todo.dead_letter:
-        cell = join([cell, " ", badge("dead letter", "dead")])
+        cell = join(
+            [
+                cell,
+                " ",
+                badge("dead letter", "dead"),
+                h(' <span class="muted">{why}</span>', why=todo_ops.dead_reason_text(todo.dead_reason)),
+            ]
+        )
     elif todo.state == "failed" and todo.next_retry_at is not None:
-        cell = join([cell, h(' <span class="muted">retry {t}</span>', t=when(todo.next_retry_at))])
+        cell = join([cell, h(' <span class="muted">retry {t}</span>', t=utc(todo.next_retry_at))])
     return cell
 
 
-def _board_query(query: Mapping[str, str]) -> tuple[str, int, str | None]:
-    """The state and limit filters, each falling back to its default with a message if bad."""
-    state = query.get("state", "")
-    error = None
-    if state and state not in BOARD_STATES:
-        error, state = f"Unknown state {state!r}; choose one of {', '.join(BOARD_STATES)}.", ""
+def board_link(params: Mapping[str, str], **changes: str | None) -> str:
+    """``/ui?…`` with ``params`` and ``changes`` (None drops a parameter), empty values left out."""
+    merged = {**params, **changes}
+    query = urlencode([(k, merged[k]) for k in BOARD_PARAMS if merged.get(k)])
+    return f"/ui?{query}" if query else "/ui"
+
+
+def back_params(raw: str | None) -> dict[str, str]:
+    """The board parameters a todo page's ``back=`` carries (anything else in it is dropped)."""
+    if not raw or len(raw) > BACK_MAX:
+        return {}
+    return {k: v for k, v in parse_qsl(raw) if k in BOARD_PARAMS and v and "\x00" not in v}
+
+
+def _date(value: str, name: str, *, end: bool) -> datetime | None:
+    if not value:
+        return None
     try:
-        limit = int(query.get("limit", BOARD_LIMIT_DEFAULT))
+        day = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise SwitchboardError("invalid_argument", f"{name} must be a date (YYYY-MM-DD)") from None
+    return day + timedelta(days=1) if end else day
+
+
+def board_filters(query: Mapping[str, str]) -> tuple[TodoFilter, dict[str, str], str | None]:
+    """The filter a board URL asks for, the parameters kept, and the first problem found (a bad
+    value is dropped with a message, so the board still shows the rest)."""
+    kept = {k: query.get(k, "").strip() for k in BOARD_PARAMS if query.get(k, "").strip()}
+    error = None
+    if kept.get("state", "") and kept["state"] not in BOARD_STATES:
+        error = f"Unknown state {kept.pop('state')!r}; choose one of {', '.join(BOARD_STATES)}."
+    try:
+        limit = int(kept.get("limit", BOARD_LIMIT_DEFAULT))
         if not 1 <= limit <= BOARD_LIMIT_MAX:
             raise ValueError
     except ValueError:
-        error, limit = f"limit must be a number from 1 to {BOARD_LIMIT_MAX}.", BOARD_LIMIT_DEFAULT
-    return state, limit, error
+        error = f"limit must be a number from 1 to {BOARD_LIMIT_MAX}."
+        kept.pop("limit")
+    values: dict[str, Any] = {
+        "state": kept.get("state"),
+        "endpoint": kept.get("endpoint"),
+        "queue": kept.get("queue"),
+        "source": kept.get("source"),
+        "kind": kept.get("kind"),
+        "search": kept.get("q"),
+        "place": kept.get("place"),
+    }
+    for name, end in (("from", False), ("to", True)):
+        try:
+            values["until" if end else "since"] = _date(kept.get(name, ""), name, end=end)
+        except SwitchboardError as exc:
+            error = error or f"{exc.message}."
+            kept.pop(name)
+    try:
+        return TodoFilter.of(**values), kept, error
+    except SwitchboardError as exc:
+        # Too long a search or similar: show the board unfiltered rather than nothing.
+        return TodoFilter(), {}, exc.message
+
+
+def _limit(kept: Mapping[str, str]) -> int:
+    return int(kept.get("limit", BOARD_LIMIT_DEFAULT))
+
+
+def filter_form(kept: Mapping[str, str], endpoints: list[str], choices: dict[str, list[str]]) -> Safe:
+    def pick(name: str, label: str, values: list[str]) -> Safe:
+        current = kept.get(name, "")
+        values = sorted({*values, current} - {""})
+        return h(
+            '<div><label for="f-{n}">{label}</label>{select}</div>',
+            n=name,
+            label=label,
+            select=dropdown(name, same(values), current, id_=f"f-{name}", any_label="any"),
+        )
+
+    def text(name: str, label: str, type_: str, placeholder: str) -> Safe:
+        return h(
+            '<div><label for="f-{n}">{label}</label>'
+            '<input type="{t}" id="f-{n}" name="{n}" value="{v}" placeholder="{p}"></div>',
+            n=name,
+            label=label,
+            t=type_,
+            v=kept.get(name, ""),
+            p=placeholder,
+        )
+
+    return h(
+        '<form method="get" action="/ui" class="filters">{fields}{limit}'
+        '<div><button type="submit" class="secondary">Filter</button> <a href="/ui">Clear</a></div></form>',
+        fields=join(
+            [
+                text("q", "Title contains", "search", "search titles"),
+                pick("state", "State", list(BOARD_STATES)),
+                pick("endpoint", "Endpoint", endpoints),
+                pick("queue", "Queue", choices["queues"]),
+                pick("source", "Source", choices["sources"]),
+                pick("kind", "Kind", choices["kinds"]),
+                text("place", "Repository / channel", "text", "owner/repo or C0123"),
+                text("from", "Created from (UTC)", "date", "YYYY-MM-DD"),
+                text("to", "to (UTC)", "date", "YYYY-MM-DD"),
+            ]
+        ),
+        limit=hidden("limit", kept["limit"]) if "limit" in kept else EMPTY,
+    )
+
+
+def state_tabs(kept: Mapping[str, str], counts: Mapping[str, int]) -> Safe:
+    """One link per state with how many todos match the other filters; the current one marked."""
+    current = kept.get("state", "")
+    tabs = [("", "all", counts.get("all", 0))] + [(s, s, counts.get(s, 0)) for s in BOARD_STATES]
+    return h(
+        '<nav class="states" aria-label="States">{tabs}</nav>',
+        tabs=join(
+            h(
+                '<a href="{href}"{cur}>{label} <span class="count">{n}</span></a>',
+                href=board_link(kept, state=state or None, before=None, after=None),
+                cur=Safe(' aria-current="page"') if state == current else EMPTY,
+                label=label,
+                n=f"{count:,}",
+            )
+            for state, label, count in tabs
+        ),
+    )
+
+
+def board_row(todo: Todo, endpoint: Endpoint, summary: Mapping[str, Any] | None, back: str) -> Safe:
+    return h(
+        '<tr><td class="title"><a href="/ui/todos/{id}{back}">{title}</a>'
+        '<div class="muted mono">{id}</div></td>'
+        '<td>{endpoint}<div class="muted">{queue}</div></td>'
+        '<td>{source}<div class="muted">{kind}</div></td><td>{state}</td>'
+        "<td>{attempt}/{max}</td><td>{reply_to}</td><td>{replies}</td><td>{created}</td></tr>",
+        id=todo.id,
+        back=f"?{urlencode({'back': back})}" if back else "",
+        title=todo.title,
+        endpoint=mono(endpoint.slug),
+        queue=todo.queue,
+        source=todo.source,
+        kind=todo.kind,
+        state=state_cell(todo),
+        attempt=todo.attempt,
+        max=todo.max_attempts,
+        reply_to=reply_to_cell(todo.reply_to),
+        replies=replies_cell(summary),
+        created=utc(todo.created_at),
+    )
+
+
+def pager(kept: Mapping[str, str], next_before: str | None, next_after: str | None) -> Safe:
+    links = []
+    if kept.get("before") or kept.get("after"):
+        links.append(h('<a href="{u}">« Newest</a>', u=board_link(kept, before=None, after=None)))
+    if next_after:
+        links.append(h('<a href="{u}">← Newer todos</a>', u=board_link(kept, before=None, after=next_after)))
+    if next_before:
+        links.append(h('<a href="{u}">Older todos →</a>', u=board_link(kept, after=None, before=next_before)))
+    return h('<p class="pager">{links}</p>', links=join(links)) if links else EMPTY
+
+
+def bulk_offer(viewer: Viewer, kept: Mapping[str, str], count: int) -> Safe:
+    """Under a list of dead letters or failed todos, the way to requeue them all (with a
+    confirmation page first)."""
+    state = kept.get("state")
+    if state not in todo_ops.BULK_STATES or not count or not viewer.managed:
+        return EMPTY
+    query = urlencode([(k, kept[k]) for k in FILTER_PARAMS if kept.get(k)])
+    return h(
+        '<p class="bulk"><a class="button secondary" href="/ui/todos/requeue?{q}">'
+        "Requeue all {n} {what}…</a></p>",
+        q=query,
+        n=f"{count:,}",
+        what="dead letters" if state == "dead" else "failed todos",
+    )
 
 
 async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     services = services_of(request)
-    state, limit, error = _board_query(request.query)
-    endpoint_slug = request.query.get("endpoint", "")
-    queue = request.query.get("queue", "")
-
+    filters, kept, error = board_filters(request.query)
+    scopes = [scope.owner for scope in viewer.scopes]
     async with services.db.read() as s:
         endpoints = list(
-            (await s.scalars(select(Endpoint).where(viewer.sees()).order_by(Endpoint.slug))).all()
+            (await s.scalars(select(Endpoint.slug).where(viewer.sees()).order_by(Endpoint.slug))).all()
         )
-        filters: dict[str, Any] = {
-            "scopes": [scope.owner for scope in viewer.scopes],
-            "state": state or None,
-            "endpoint_slug": endpoint_slug or None,
-            "queue": queue or None,
-            "limit": limit,
-        }
         try:
-            rows = await scoped_rows(s, **filters, before=request.query.get("before") or None)
+            found = await scoped_page(
+                s,
+                scopes=scopes,
+                filters=filters,
+                before=kept.get("before"),
+                after=kept.get("after"),
+                limit=_limit(kept),
+            )
+            counts = await state_counts(s, scopes, filters)
         except SwitchboardError:
             # An unknown endpoint or a cursor past what the viewer can see: say so, show the newest.
             error = "That page of the board no longer exists; showing the newest todos."
-            rows = await scoped_rows(s, **{**filters, "endpoint_slug": None})
-        summaries = await replies_summary(s, [t.id for t, _ in rows])
+            kept = {k: v for k, v in kept.items() if k not in ("before", "after", "endpoint")}
+            filters = TodoFilter.of(**{**filters.__dict__, "endpoint": None})
+            found = await scoped_page(s, scopes=scopes, filters=filters, limit=_limit(kept))
+            counts = await state_counts(s, scopes, filters)
+        summaries = await replies_summary(s, [t.id for t, _ in found.rows])
+        choices = await filter_choices(s, scopes)
 
-    filter_form = h(
-        '<form method="get" action="/ui" class="filters">'
-        '<div><label for="f-state">State</label>{states}</div>'
-        '<div><label for="f-endpoint">Endpoint</label>{endpoints}</div>'
-        '<div><label for="f-queue">Queue</label>'
-        '<input type="text" id="f-queue" name="queue" value="{queue}"></div>'
-        '<div><button type="submit" class="secondary">Filter</button></div></form>',
-        states=dropdown("state", same(BOARD_STATES), state, id_="f-state", any_label="any"),
-        endpoints=dropdown(
-            "endpoint", same(e.slug for e in endpoints), endpoint_slug, id_="f-endpoint", any_label="any"
-        ),
-        queue=queue,
-    )
-    if rows:
-        more = EMPTY
-        if len(rows) == limit:
-            params = {k: v for k, v in (("state", state), ("endpoint", endpoint_slug), ("queue", queue)) if v}
-            params.update(limit=str(limit), before=rows[-1][0].id)
-            more = h('<p><a href="/ui?{q}">Older todos →</a></p>', q=urlencode(params))
+    back = urlencode([(k, kept[k]) for k in BOARD_PARAMS if kept.get(k)])
+    if found.rows:
         todos = join(
             [
-                table(
-                    BOARD_COLUMNS,
-                    (
-                        h(
-                            '<tr><td class="title"><a href="/ui/todos/{id}">{title}</a>'
-                            '<div class="muted mono">{id}</div></td>'
-                            '<td>{endpoint}<div class="muted">{queue}</div></td>'
-                            '<td>{source}<div class="muted">{kind}</div></td><td>{state}</td>'
-                            "<td>{attempt}/{max}</td><td>{reply_to}</td><td>{replies}</td><td>{created}</td></tr>",
-                            id=todo.id,
-                            title=todo.title,
-                            endpoint=mono(endpoint.slug),
-                            queue=todo.queue,
-                            source=todo.source,
-                            kind=todo.kind,
-                            state=state_cell(todo),
-                            attempt=todo.attempt,
-                            max=todo.max_attempts,
-                            reply_to=reply_to_cell(todo.reply_to),
-                            replies=replies_cell(summaries.get(todo.id)),
-                            created=when(todo.created_at),
-                        )
-                        for todo, endpoint in rows
-                    ),
-                ),
-                more,
+                table(BOARD_COLUMNS, (board_row(t, e, summaries.get(t.id), back) for t, e in found.rows)),
+                pager(kept, found.next_before, found.next_after),
+            ]
+        )
+    elif filters != TodoFilter() or kept.get("before") or kept.get("after"):
+        todos = join(
+            [
+                Safe('<div class="empty">No todos match these filters.</div>'),
+                pager(kept, found.next_before, found.next_after),
             ]
         )
     else:
@@ -171,10 +335,12 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         )
     body = h(
         '<h1>Board</h1><p class="hint">Todos of your endpoints and your teams\' endpoints, newest first '
-        "(at most {limit}). Titles come from the senders' payloads: they are data, not instructions.</p>"
-        "{filters}{todos}",
-        limit=limit,
-        filters=filter_form,
+        "(at most {limit} a page). Titles come from the senders' payloads: they are data, not "
+        "instructions. Times are UTC.</p>{filters}{tabs}{bulk}{todos}",
+        limit=_limit(kept),
+        filters=filter_form(kept, endpoints, choices),
+        tabs=state_tabs(kept, counts),
+        bulk=bulk_offer(viewer, kept, counts.get(kept.get("state", ""), 0)),
         todos=todos,
     )
     return page(
@@ -188,100 +354,57 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     )
 
 
-def replies_table(replies: list[dict[str, Any]]) -> Safe:
-    if not replies:
-        return Safe('<p class="muted">No replies yet.</p>')
-    return table(
-        ("Reply", "State", "Where", "Connection", "Link", "Error", "Created"),
-        (
-            h(
-                '<tr><td class="mono">{id}</td><td>{state}</td><td class="mono">{display}</td>'
-                '<td>{connection} <span class="muted mono">{fp}</span></td><td>{link}</td>'
-                "<td>{error}</td><td>{created}</td></tr>",
-                id=r.get("id", ""),
-                state=badge(str(r.get("state", "?"))),
-                display=r.get("display", ""),
-                connection=(r.get("connection") or {}).get("name", ""),
-                fp=(r.get("connection") or {}).get("fingerprint", ""),
-                link=link_if_web(r.get("permalink")),
-                error=r.get("error_class") or "",
-                created=when(r.get("created_at")),
-            )
-            for r in replies
-        ),
-    )
+# ---------------------------------------------------------------------------------------------
+# Bulk requeue: a confirmation page (GET, changes nothing), then the POST that does it.
 
 
-def attempts_table(attempts: list[Attempt]) -> Safe:
-    if not attempts:
-        return Safe('<p class="muted">Not claimed yet.</p>')
-    return table(
-        ("#", "Claimed", "Heartbeats", "Outcome", "Summary", "Error", "Ended"),
-        (
-            h(
-                "<tr><td>{n}</td><td>{claimed}</td><td>{hb}</td><td>{outcome}</td><td>{summary}</td>"
-                "<td>{error}</td><td>{ended}</td></tr>",
-                n=a.number,
-                claimed=when(a.claimed_at),
-                hb=a.heartbeats,
-                outcome=badge(a.outcome) if a.outcome else muted("open"),
-                summary=a.summary or "",
-                error=a.error or "",
-                ended=when(a.ended_at),
-            )
-            for a in attempts
-        ),
-    )
+def _bulk_scopes(viewer: Viewer) -> list[Owner]:
+    return [scope.owner for scope in viewer.managed]
 
 
-def address_card(reply_to: Mapping[str, Any] | None) -> Safe:
-    if not reply_to:
-        return Safe('<p class="muted">This todo has no reply address (its source cannot be answered).</p>')
-    return kv(
-        [("kind", reply_to.get("kind", "")), ("display", reply_to.get("display", ""))]
-        + [(k, v) for k, v in sorted(reply_to.items()) if k not in ("kind", "display")]
-    )
-
-
-async def todo_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+async def bulk_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     services = services_of(request)
-    async with services.db.read() as s:
-        todo, endpoint = await viewer.owned(s, Todo, request.match_info["todo_id"], "todo")
-        attempts = list(
-            (
-                await s.scalars(select(Attempt).where(Attempt.todo_id == todo.id).order_by(Attempt.number))
-            ).all()
-        )
-    replies = await replies_of(services, todo.id)
-    payload = payload_of(todo)
-    shown = payload if isinstance(payload, str) else json.dumps(payload, indent=2, ensure_ascii=False)
-    body = h(
-        '<p><a href="/ui">← Board</a></p><h1>{title}</h1>'
-        '<section class="card">{facts}</section>'
-        '<h2>Reply address</h2><section class="card">{address}</section>'
-        "<h2>Replies</h2>{replies}<h2>Attempts</h2>{attempts}"
-        "<h2>Payload</h2>{note}<pre>{payload}</pre>",
-        title=todo.title,
-        facts=kv(
-            [
-                ("id", mono(todo.id)),
-                ("endpoint", endpoint.slug),
-                ("queue", todo.queue),
-                ("source / kind", f"{todo.source} / {todo.kind}"),
-                ("state", state_cell(todo)),
-                ("attempts", f"{todo.attempt} of {todo.max_attempts}"),
-                ("lease expires", when(todo.lease_expires_at)),
-                ("created", when(todo.created_at)),
-                ("updated", when(todo.updated_at)),
-                ("payload size", f"{todo.payload_size} bytes"),
-            ]
-        ),
-        address=address_card(todo.reply_to),
-        replies=replies_table(replies),
-        attempts=attempts_table(attempts),
-        note=h('<p class="hint">Showing the first {n} characters.</p>', n=PAYLOAD_SHOWN_MAX)
-        if len(shown) > PAYLOAD_SHOWN_MAX
-        else EMPTY,
-        payload=shown[:PAYLOAD_SHOWN_MAX],
+    filters, kept, error = board_filters(request.query)
+    if error is None and filters.state not in todo_ops.BULK_STATES:
+        error = "Choose the dead letters (state dead) or the failed todos (state failed) to requeue."
+    if error is not None:
+        raise SwitchboardError("invalid_argument", error)
+    preview = await todo_ops.requeue_matching(
+        services, filters, scopes=_bulk_scopes(viewer), actor=todo_ops.Actor("preview"), dry_run=True
     )
-    return page(todo.title, body, viewer, active="board")
+    fields = join(hidden(k, kept[k]) for k in FILTER_PARAMS if kept.get(k))
+    form = post_form(
+        viewer,
+        "/ui/todos/requeue",
+        "inline",
+        join([fields, hidden("confirm", "yes"), Safe('<button type="submit">Yes, requeue them</button>')]),
+    )
+    body = h(
+        "<h1>Requeue {n} todos?</h1>"
+        '<section class="card"><p>This puts <strong>{n}</strong> {what} matching <code>{desc}</code> back on '
+        "their queues with a fresh attempt budget (at most {limit} in one go, oldest first). Todos of "
+        "endpoints you only read, and of revoked endpoints, are left alone. Each todo's history will "
+        'say you did it.</p><p>{form} <a href="{back}">No, back to the board</a></p></section>',
+        n=f"{preview['matched']:,}",
+        what="dead letters" if filters.state == "dead" else "failed todos",
+        desc=filters.described(),
+        limit=f"{todo_ops.BULK_LIMIT_DEFAULT:,}",
+        form=form,
+        back=board_link(kept),
+    )
+    return page("Requeue todos", body, viewer, active="board")
+
+
+async def bulk_requeue(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    services = services_of(request)
+    form = viewer.form
+    filters, kept, error = board_filters(form)
+    if form.get("confirm") != "yes":
+        error = error or "Confirm the requeue on its page first."
+    if error is None and filters.state not in todo_ops.BULK_STATES:
+        error = "Choose the dead letters (state dead) or the failed todos (state failed) to requeue."
+    if error is not None:
+        raise SwitchboardError("invalid_argument", error)
+    actor = todo_ops.Actor.human(viewer.human_id, viewer.handle)
+    await todo_ops.requeue_matching(services, filters, scopes=_bulk_scopes(viewer), actor=actor)
+    raise see_other(board_link({k: v for k, v in kept.items() if k in FILTER_PARAMS}), "todos_requeued")

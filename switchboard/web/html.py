@@ -38,6 +38,11 @@ NOTICES = {
     "connection_test_ok": "Connection test passed.",
     "connection_test_failed": "Connection test failed; its row shows the error class.",
     "logged_out": "You are logged out.",
+    "todo_requeued": "Todo requeued: it is pending again with a fresh attempt budget.",
+    "todo_released": "Claim released: the todo is pending again.",
+    "todo_cancelled": "Todo cancelled.",
+    "todos_requeued": "The matching todos were requeued: they are pending again. Any still listed were "
+    "left alone (another scope's, a revoked endpoint's, or past the limit of one go).",
 }
 
 NAV = (
