@@ -1,10 +1,11 @@
 """Webhook ingest: ``POST /webhooks/{ingest_token}`` turns a verified delivery into todos (SPEC §4).
 
-The order matters and is the contract: size cap and rate limit (nothing stored), the webhook and its
-targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing), the delivery key
-and deduplication, housekeeping, echo suppression, the reply address (verified deliveries only),
-then one transaction for the event and every fan-out todo, and only after it commits the 202 and
-the doorbell. The source kind is whatever a provider registered: nothing here names one.
+The order matters and is the contract: size cap, the webhook, its flood guard (nothing read or
+stored), its targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing), the
+delivery key and deduplication, housekeeping, echo suppression, the reply address (verified
+deliveries only), then one transaction for the event and every fan-out todo, and only after it
+commits the 202 and the doorbell. The source kind is whatever a provider registered: nothing here
+names one.
 
 Everything up to the rows is done here, per request, with no write; the rows go to the process's
 group-commit writer (``ingest_writer``), which stores the deliveries that accumulated while its
@@ -21,23 +22,23 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from sqlalchemy import delete, exists, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import is_unavailable, utcnow
 from switchboard.echo import own_reply_scopes
 from switchboard.ids import new_id, token_hash
-from switchboard.ingest_admission import RateLimiter
+from switchboard.ingest_admission import Admission, RateLimiter
+from switchboard.ingest_answers import Outcome, Refusal, accepted, duplicate
 from switchboard.ingest_config import ConfigCache, Target, WebhookConfig, listen_for_changes
+from switchboard.ingest_retention import EVENT_RETENTION, prune_events
 from switchboard.ingest_writer import IngestWriter, Result, Rows
 from switchboard.instances import bind_address
-from switchboard.models import Endpoint, Event, Todo
+from switchboard.models import Todo
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
@@ -51,40 +52,26 @@ MAX_BODY_BYTES = 5 * 1024 * 1024
 BODY_READ_SECONDS = 30.0
 
 
+__all__ = [
+    "BODY_READ_SECONDS",
+    "EVENT_RETENTION",
+    "INGEST_ADMISSION",
+    "INGEST_CONFIGS",
+    "INGEST_LIMITER",
+    "INGEST_WRITER",
+    "MAX_BODY_BYTES",
+    "Outcome",
+    "RateLimiter",
+    "Refusal",
+    "address_for",
+    "handle_webhook",
+    # The app's retention job knows it as ingest's.
+    "prune_events",
+    "setup",
+]
+
 INGEST_LIMITER = web.AppKey("ingest_limiter", RateLimiter)
-
-
-class Refusal(Exception):
-    """An answer that ends ingest early; nothing has been stored when one is raised."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        headers: dict[str, str] | None = None,
-        close: bool = False,
-    ) -> None:
-        super().__init__(code)
-        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
-        # Close the connection after answering: the rest of the body cannot be read anyway.
-        self.close = close
-
-    def response(self) -> web.Response:
-        response = web.json_response(
-            {"error": self.code, "message": self.message}, status=self.status, headers=self.headers
-        )
-        if self.close:
-            response.force_close()
-        return response
-
-
-@dataclass(frozen=True)
-class Outcome:
-    response: web.Response
-    # routed | self_reply | duplicate | ignored, or "handshake" for an answered url_verification.
-    disposition: str
+INGEST_ADMISSION = web.AppKey("ingest_admission", Admission)
 
 
 @dataclass(frozen=True)
@@ -149,68 +136,13 @@ async def _read_body(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
-async def _original(s: AsyncSession, webhook_id: str, key: str, secondary: str | None) -> Event | None:
-    match = Event.delivery_key == key
-    if secondary is not None:
-        match = or_(match, Event.secondary_key == secondary)
-    return await s.scalar(
-        select(Event).where(Event.webhook_id == webhook_id, match).order_by(Event.received_at).limit(1)
-    )
-
-
-async def _duplicate(services: Services, config: WebhookConfig, decision: Decision) -> Outcome:
-    """202 with the original delivery's todos and ``created: 0``: the delivery hit a unique key of
-    one stored before it (earlier, by another copy in the same batch, or by another process)."""
-    webhook = config.webhook
-    async with services.db.read() as s:
-        original = await _original(s, webhook.id, decision.key, decision.secondary)
-        if original is None:
-            # The original went between the conflict and this read (retention, a deleted webhook).
-            log.warning("webhook %s changed while a delivery was being stored", webhook.id)
-            raise Refusal(503, "unavailable", "the webhook changed while storing; retry")
-        rows = (
-            await s.execute(
-                select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
-                .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-                .where(Todo.event_id == original.id)
-            )
-        ).all()
-    rank = {webhook.endpoint_id: -1, **{e.id: i for i, e in enumerate(config.routed)}}
-    rows = sorted(rows, key=lambda r: (rank.get(r.endpoint_id, len(rank)), r.id))
-    response = _accepted(
-        [{"id": r.id, "endpoint": r.slug, "queue": r.queue, "created": False} for r in rows],
-        created=0,
-        verified=decision.verified,
-        trust_mode=original.trust_mode,
-        disposition="duplicate",
-    )
-    return Outcome(response, "duplicate")
-
-
-def _accepted(
-    todos: list[dict[str, Any]], *, created: int, verified: bool, trust_mode: str, disposition: str
-) -> web.Response:
-    return web.json_response(
-        {
-            "todos": todos,
-            "created": created,
-            "verified": verified,
-            "trust_mode": trust_mode,
-            "disposition": disposition,
-        },
-        status=202,
-    )
-
-
 async def _ingest(
     request: web.Request, services: Services, limiter: RateLimiter, seen: dict[str, str]
 ) -> Outcome:
     """One delivery through the steps of SPEC §4; a ``Refusal`` from any step ends it, and every
     refusal comes before anything is stored."""
-    # 1. Size cap and rate limit, then the body (its size checked again as it arrives).
-    _admit(request, limiter)
-    body = await _read_body(request)
-    received_at = utcnow()
+    # 1. The size cap, from Content-Length (the body is measured again as it arrives).
+    _check_length(request)
     hashed = token_hash(_ingest_token(request))
 
     # 2. The webhook, its owner endpoint and its routes: from this process's cache when it has
@@ -218,6 +150,15 @@ async def _ingest(
     cache = request.app[INGEST_CONFIGS]
     config = cache.get(hashed)
     cached = config is not None
+    if config is None:
+        config = await _lookup(services, cache, hashed)
+    seen["source"], seen["webhook"] = config.webhook.source, config.id
+
+    # 1. The flood guard, per webhook, before the body is read; then the body.
+    _admit(limiter, config)
+    body = await _read_body(request)
+    received_at = utcnow()
+
     for _ in range(DECIDE_ATTEMPTS):
         if config is None:
             config = await _lookup(services, cache, hashed)
@@ -272,7 +213,7 @@ async def _decide(
     delivery = Delivery(
         source=webhook.source, headers=request.headers, body=body, received_at=received_at, secret=secret
     )
-    verdict = _verify(services, config, delivery, request.remote)
+    verdict = _verify(services, config, delivery, _client(request))
     if verdict.respond is not None:
         return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
@@ -301,7 +242,9 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
     """Step 8: the answer once the writer has committed (or could not)."""
     webhook = config.webhook
     if result.status == "duplicate":
-        return await _duplicate(services, config, decision)
+        return await duplicate(
+            services, config, key=decision.key, secondary=decision.secondary, verified=decision.verified
+        )
     if result.status == "unavailable":
         error = result.error or RuntimeError("unavailable")
         log.warning("ingest: database unavailable (%s); answered 503", type(error).__name__)
@@ -322,7 +265,7 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
         for target, todo in zip(decision.targets, decision.rows.todos, strict=False)
     ]
     return Outcome(
-        _accepted(
+        accepted(
             todos,
             created=len(todos),
             verified=decision.verified,
@@ -337,18 +280,27 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
 # The steps, in the order ``_ingest`` runs them
 
 
-def _admit(request: web.Request, limiter: RateLimiter) -> None:
-    """Step 1: the size cap (cheaply, from Content-Length) and the per-client rate limit."""
+def _check_length(request: web.Request) -> None:
+    """Step 1: the size cap, cheaply, from Content-Length."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
-    wait = limiter.take(request.remote or "unknown")
+
+
+def _admit(limiter: RateLimiter, config: WebhookConfig) -> None:
+    """Step 1: the flood guard, a token bucket per webhook (see ``ingest_admission``)."""
+    wait = limiter.take(config.id)
     if wait > 0:
         raise Refusal(
             429,
             "rate_limited",
-            "too many deliveries from this address; retry later",
+            "too many deliveries for this webhook; retry later",
             headers={"Retry-After": str(max(1, math.ceil(wait)))},
         )
+
+
+def _client(request: web.Request) -> str:
+    """The client's address for the log (``X-Forwarded-For`` only from a trusted proxy)."""
+    return request.app[INGEST_ADMISSION].client(request.remote, request.headers)
 
 
 def _ingest_token(request: web.Request) -> str:
@@ -540,12 +492,13 @@ async def handle_webhook(request: web.Request) -> web.Response:
     started = time.perf_counter()
     # The source label is known once the webhook is found; refusals before that count as "unknown".
     seen = {"source": "unknown"}
-    disposition = "refused"
+    disposition, reason = "refused", ""
     try:
         outcome = await _ingest(request, services, request.app[INGEST_LIMITER], seen)
         response, disposition = outcome.response, outcome.disposition
     except Refusal as refusal:
         response = refusal.response()
+        reason = refusal.code
     except Exception as exc:
         if not is_unavailable(exc):
             raise
@@ -553,37 +506,16 @@ async def handle_webhook(request: web.Request) -> web.Response:
         # sender's retry loses nothing. A 503 tells it to retry; a 500 would look like our bug.
         log.warning("ingest: database unavailable (%s); answered 503", type(exc).__name__)
         response = Refusal(503, "unavailable", "the database is unavailable; retry later").response()
+        reason = "unavailable"
+    if disposition == "refused" and "webhook" in seen:
+        # Every refusal of a known webhook is visible to its operator, per webhook and reason.
+        request.app[INGEST_ADMISSION].refusals.refused(seen["webhook"], reason, _client(request))
     source = seen["source"]
     services.metrics.inc(
         "switchboard_ingest_total", source=source, status=str(response.status), disposition=disposition
     )
     services.metrics.observe("switchboard_ingest_seconds", time.perf_counter() - started, source=source)
     return response
-
-
-# Events that minted no todo (ignored, self_reply) are only kept for deduplication and audit. Their
-# delivery keys must outlive any provider retry (SPEC: at least 7 days); a month is generous.
-EVENT_RETENTION = timedelta(days=30)
-RETENTION_BATCH = 1000
-
-
-async def prune_events(services: Services, now: datetime | None = None) -> int:
-    """Delete old events that no todo points at, in batches; returns how many went."""
-    cutoff = (now or utcnow()) - EVENT_RETENTION
-    total = 0
-    while True:
-        async with services.db.write() as s:
-            stale = (
-                select(Event.id)
-                .where(Event.received_at < cutoff, ~exists().where(Todo.event_id == Event.id))
-                .limit(RETENTION_BATCH)
-            )
-            ids = list((await s.scalars(stale)).all())
-            if ids:
-                await s.execute(delete(Event).where(Event.id.in_(ids)))
-        total += len(ids)
-        if len(ids) < RETENTION_BATCH:
-            return total
 
 
 async def _lifetime(app: web.Application) -> AsyncIterator[None]:
@@ -608,8 +540,11 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
 
 def setup(app: web.Application) -> None:
     """Add this module's routes and lifetimes to the app."""
-    app[INGEST_LIMITER] = RateLimiter()
-    app[INGEST_WRITER] = IngestWriter(services_of(app))
+    services = services_of(app)
+    settings = services.settings
+    app[INGEST_LIMITER] = RateLimiter(rate=settings.ingest_rate, burst=settings.ingest_burst)
+    app[INGEST_ADMISSION] = Admission(services.metrics, settings.trusted_proxy_networks)
+    app[INGEST_WRITER] = IngestWriter(services)
     app[INGEST_CONFIGS] = ConfigCache()
     # After ``_resources`` (app.py): cleaned up before the database pool is disposed of.
     app.cleanup_ctx.append(_lifetime)

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     max_sessions: int = Field(10_000, ge=1, le=1_000_000)
     # Live (active, unexpired) endpoints one owner scope may hold; vending more is a conflict.
     max_endpoints_per_owner: int = Field(100, ge=1, le=1_000_000)
+    # Ingest admission: a token bucket per webhook, in each process (deliveries per second and the
+    # burst it allows); either 0 turns the guard off.
+    ingest_rate: float = Field(50.0, ge=0, le=1_000_000, allow_inf_nan=False)
+    ingest_burst: int = Field(500, ge=0, le=1_000_000)
+    # Proxies (comma-separated CIDRs) whose X-Forwarded-For names the client; empty: none.
+    trusted_proxies: str = ""
     github_api_url: str | None = None
     slack_api_url: str | None = None
     log_level: str = "INFO"
@@ -78,7 +84,7 @@ class Settings(BaseSettings):
             raise ValueError("must decode to exactly 32 bytes (run `switchboard keygen` for one)")
         return value
 
-    @field_validator("outbound_allow_cidrs")
+    @field_validator("outbound_allow_cidrs", "trusted_proxies")
     @classmethod
     def _cidrs(cls, value: str) -> str:
         for part in filter(None, (p.strip() for p in value.split(","))):
@@ -105,6 +111,11 @@ class Settings(BaseSettings):
     @property
     def allow_cidrs(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         parts = filter(None, (p.strip() for p in self.outbound_allow_cidrs.split(",")))
+        return [ipaddress.ip_network(p, strict=False) for p in parts]
+
+    @property
+    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        parts = filter(None, (p.strip() for p in self.trusted_proxies.split(",")))
         return [ipaddress.ip_network(p, strict=False) for p in parts]
 
     @property

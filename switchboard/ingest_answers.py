@@ -1,0 +1,107 @@
+"""What ingest answers (docs/architecture.md, "What ingest answers"): a refusal that ends a delivery
+before anything is stored, and the 202 bodies, for a delivery just stored and for a duplicate of
+one stored before it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from switchboard.ingest_config import WebhookConfig
+from switchboard.models import Endpoint, Event, Todo
+from switchboard.services import Services
+
+log = logging.getLogger("switchboard.ingest")
+
+
+class Refusal(Exception):
+    """An answer that ends ingest early; nothing has been stored when one is raised."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        super().__init__(code)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        # Close the connection after answering: the rest of the body cannot be read anyway.
+        self.close = close
+
+    def response(self) -> web.Response:
+        response = web.json_response(
+            {"error": self.code, "message": self.message}, status=self.status, headers=self.headers
+        )
+        if self.close:
+            response.force_close()
+        return response
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: web.Response
+    # routed | self_reply | duplicate | ignored, or "handshake" for an answered url_verification.
+    disposition: str
+
+
+async def original(s: AsyncSession, webhook_id: str, key: str, secondary: str | None) -> Event | None:
+    match = Event.delivery_key == key
+    if secondary is not None:
+        match = or_(match, Event.secondary_key == secondary)
+    return await s.scalar(
+        select(Event).where(Event.webhook_id == webhook_id, match).order_by(Event.received_at).limit(1)
+    )
+
+
+async def duplicate(
+    services: Services, config: WebhookConfig, *, key: str, secondary: str | None, verified: bool
+) -> Outcome:
+    """202 with the original delivery's todos and ``created: 0``: the delivery hit a unique key of
+    one stored before it (earlier, by another copy in the same batch, or by another process)."""
+    webhook = config.webhook
+    async with services.db.read() as s:
+        found = await original(s, webhook.id, key, secondary)
+        if found is None:
+            # The original went between the conflict and this read (retention, a deleted webhook).
+            log.warning("webhook %s changed while a delivery was being stored", webhook.id)
+            raise Refusal(503, "unavailable", "the webhook changed while storing; retry")
+        rows = (
+            await s.execute(
+                select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
+                .join(Endpoint, Endpoint.id == Todo.endpoint_id)
+                .where(Todo.event_id == found.id)
+            )
+        ).all()
+    rank = {webhook.endpoint_id: -1, **{e.id: i for i, e in enumerate(config.routed)}}
+    rows = sorted(rows, key=lambda r: (rank.get(r.endpoint_id, len(rank)), r.id))
+    response = accepted(
+        [{"id": r.id, "endpoint": r.slug, "queue": r.queue, "created": False} for r in rows],
+        created=0,
+        verified=verified,
+        trust_mode=found.trust_mode,
+        disposition="duplicate",
+    )
+    return Outcome(response, "duplicate")
+
+
+def accepted(
+    todos: list[dict[str, Any]], *, created: int, verified: bool, trust_mode: str, disposition: str
+) -> web.Response:
+    return web.json_response(
+        {
+            "todos": todos,
+            "created": created,
+            "verified": verified,
+            "trust_mode": trust_mode,
+            "disposition": disposition,
+        },
+        status=202,
+    )
