@@ -175,3 +175,27 @@ async def test_an_undeliverable_claim_is_a_tool_error_and_the_claim_is_released(
             assert await _state(services.db, todo.id) == ("pending", 0)
         assert (await agent.error("get_todo", todo_id=todo.id))["error"] == "unserializable"
         assert (await agent.ok("list_todos"))["todos"][0]["id"] == todo.id
+
+
+async def test_in_a_batch_only_the_poison_todo_goes_as_text_and_all_are_released_if_none_can_go(
+    services: Services, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, token, _ = await _agent_endpoint(services)
+    poison = await add_todo(services.db, endpoint, payload=json.loads(_nested(400)))
+    fine = await add_todo(services.db, endpoint, payload={"ok": 1})
+    async with connect(base_url, token, endpoint) as agent:
+        batch = (await agent.ok("claim_next", max=5))["todos"]
+        payloads = {t["id"]: t["payload"] for t in batch}
+        assert payloads == {
+            poison.id: {"body": _nested(400), "kept_as_text": wire.UNSENDABLE},
+            fine.id: {"ok": 1},
+        }
+        for todo in batch:
+            await agent.ok("release", todo_id=todo["id"])
+        monkeypatch.setattr(wire, "data_as_text", lambda result: result)
+        refused = await agent.error("claim_next", max=5, fence=True)
+        assert refused["error"] == "unserializable" and sorted(refused["released"]) == sorted(
+            [poison.id, fine.id]
+        )
+    for todo_id in (poison.id, fine.id):
+        assert await _state(services.db, todo_id) == ("pending", 0)
