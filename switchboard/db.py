@@ -11,6 +11,9 @@ lock up front instead of failing on upgrade from a read lock. Reads have connect
 (WAL lets them run beside the writer), opened with ``PRAGMA query_only``, so a write that strays
 into ``read()`` fails at once instead of queueing behind the writer unseen.
 
+On PostgreSQL reads run in autocommit (a statement is its own snapshot under READ COMMITTED
+either way), so a read costs its statements' round trips and no BEGIN or ROLLBACK.
+
 On PostgreSQL both are the one pool (row locks and ``SKIP LOCKED`` do the work there). A pooled
 connection is not pinged before use (``pool_pre_ping`` costs three round trips per checkout with
 asyncpg); one whose socket the server closed is replaced on checkout instead (asyncpg notices the
@@ -168,7 +171,13 @@ class Database:
             if self.is_sqlite
             else self._writer.execution_options(isolation_level="AUTOCOMMIT")
         )
-        self._read = async_sessionmaker(self.engine, expire_on_commit=False)
+        # PostgreSQL reads run in autocommit: under READ COMMITTED every statement takes its own
+        # snapshot anyway, so a read transaction only added a BEGIN and a ROLLBACK round trip to
+        # each read (an MCP request's token lookup paid three round trips for one SELECT).
+        read_engine = (
+            self.engine if self.is_sqlite else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
+        self._read = async_sessionmaker(read_engine, expire_on_commit=False)
         self._write = async_sessionmaker(self._write_engine, expire_on_commit=False)
         # SQLite's writer takes turns behind this lock (made on first use, in the running loop).
         self._turn: asyncio.Lock | None = None
@@ -186,7 +195,8 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        """A session for reads; on SQLite it cannot write at all (``PRAGMA query_only``)."""
+        """A session for reads, never for writes: on SQLite it cannot write at all (``PRAGMA
+        query_only``); on PostgreSQL it runs in autocommit (one round trip per statement)."""
         async with self._read() as session:
             yield session
 
