@@ -179,7 +179,7 @@ async def scoped_page(
             await s.execute(query.where(key > cursor).order_by(Todo.created_at, Todo.id).limit(limit + 1))
         ).all()
         rows = [(t, e) for t, e in found[:limit]][::-1]
-        more_newer, more_older = len(found) > limit, bool(rows)
+        more_newer = len(found) > limit
     else:
         if before is not None:
             query = query.where(key < tuple_(*await _cursor_key(s, scopes, before)))
@@ -187,12 +187,19 @@ async def scoped_page(
             await s.execute(query.order_by(Todo.created_at.desc(), Todo.id.desc()).limit(limit + 1))
         ).all()
         rows = [(t, e) for t, e in found[:limit]]
-        more_older, more_newer = len(found) > limit, before is not None and bool(rows)
-    # The far side of a cursor page: whether anything matching lies beyond it, asked once.
+        more_older = len(found) > limit
+    # The far side of a cursor page (the one the walk came from) is asked once; with no cursor it
+    # is the newest page, which has nothing newer.
     if rows and after is not None:
         more_older = await _exists(s, [*where, key < tuple_(rows[-1][0].created_at, rows[-1][0].id)])
-    if rows and before is not None:
-        more_newer = await _exists(s, [*where, key > tuple_(rows[0][0].created_at, rows[0][0].id)])
+    elif after is None:
+        more_newer = (
+            bool(rows)
+            and before is not None
+            and await _exists(s, [*where, key > tuple_(rows[0][0].created_at, rows[0][0].id)])
+        )
+    else:
+        more_older = False
     return Page(
         rows,
         next_before=rows[-1][0].id if rows and more_older else None,

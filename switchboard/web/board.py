@@ -58,6 +58,8 @@ BOARD_COLUMNS = ("Todo", "Endpoint / queue", "Source", "State", "Attempts", "Rep
 FILTER_PARAMS = ("state", "endpoint", "queue", "source", "kind", "q", "place", "from", "to")
 BOARD_PARAMS = (*FILTER_PARAMS, "limit", "before", "after")
 BACK_MAX = 2000
+# A dry run names no one: it writes no history.
+PREVIEW = todo_ops.Actor("preview")
 
 
 def utc(value: datetime | str | None) -> Safe:
@@ -269,11 +271,22 @@ def pager(kept: Mapping[str, str], next_before: str | None, next_after: str | No
     return h('<p class="pager">{links}</p>', links=join(links)) if links else EMPTY
 
 
-def bulk_offer(viewer: Viewer, kept: Mapping[str, str], count: int) -> Safe:
-    """Under a list of dead letters or failed todos, the way to requeue them all (with a
-    confirmation page first)."""
+async def requeueable(request: web.Request, viewer: Viewer, filters: TodoFilter) -> int:
+    """How many of the todos a dead/failed board shows this viewer could requeue in bulk: those of
+    the scopes they manage, on live endpoints."""
+    if filters.state not in todo_ops.BULK_STATES or not viewer.managed:
+        return 0
+    preview = await todo_ops.requeue_matching(
+        services_of(request), filters, scopes=_bulk_scopes(viewer), actor=PREVIEW, dry_run=True
+    )
+    return int(preview["matched"])
+
+
+def bulk_offer(kept: Mapping[str, str], count: int) -> Safe:
+    """Under a list of dead letters or failed todos, the way to requeue the ``count`` the viewer
+    may (with a confirmation page first)."""
     state = kept.get("state")
-    if state not in todo_ops.BULK_STATES or not count or not viewer.managed:
+    if not count:
         return EMPTY
     query = urlencode([(k, kept[k]) for k in FILTER_PARAMS if kept.get(k)])
     return h(
@@ -340,7 +353,7 @@ async def board(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         limit=_limit(kept),
         filters=filter_form(kept, endpoints, choices),
         tabs=state_tabs(kept, counts),
-        bulk=bulk_offer(viewer, kept, counts.get(kept.get("state", ""), 0)),
+        bulk=bulk_offer(kept, await requeueable(request, viewer, filters)),
         todos=todos,
     )
     return page(
@@ -370,7 +383,7 @@ async def bulk_confirm(request: web.Request, viewer: Viewer) -> web.StreamRespon
     if error is not None:
         raise SwitchboardError("invalid_argument", error)
     preview = await todo_ops.requeue_matching(
-        services, filters, scopes=_bulk_scopes(viewer), actor=todo_ops.Actor("preview"), dry_run=True
+        services, filters, scopes=_bulk_scopes(viewer), actor=PREVIEW, dry_run=True
     )
     fields = join(hidden(k, kept[k]) for k in FILTER_PARAMS if kept.get(k))
     form = post_form(

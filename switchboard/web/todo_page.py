@@ -9,6 +9,7 @@ here; a team member sees the page but not the buttons, and gets 403 from the act
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from switchboard.web.html import (
     action_form,
     badge,
     h,
+    hidden,
     join,
     kv,
     link_if_web,
@@ -106,7 +108,8 @@ def no_address_text(services: Services, todo: Todo) -> str:
     kind = services.providers.sources.get(todo.source)
     if kind is None:
         return f"No reply address: the {todo.source} source is not installed on this server."
-    if kind.derive_address is no_address:
+    # The plugin loader wraps a kind's callables in checks; the function underneath says it.
+    if inspect.unwrap(kind.derive_address) is no_address:
         return f"No reply address: Switchboard cannot answer {todo.source} deliveries at all."
     return (
         f"No reply address: this {todo.source} event ({todo.kind}) is not a conversation Switchboard can "
@@ -344,7 +347,13 @@ async def cancel_confirm(request: web.Request, viewer: Viewer) -> web.StreamResp
         viewer,
         f"/ui/todos/{path_part(todo.id)}/cancel",
         "inline",
-        join([keep, Safe('<button type="submit" class="danger">Yes, cancel it</button>')]),
+        join(
+            [
+                keep,
+                hidden("confirm", "yes"),
+                Safe('<button type="submit" class="danger">Yes, cancel it</button>'),
+            ]
+        ),
     )
     claimed = (
         " An agent holds it now: its claim ends, and whatever it reports later is refused."
@@ -372,6 +381,10 @@ def _action(name: str) -> Any:
 
     async def handler(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         todo_id = request.match_info["todo_id"]
+        back = back_params(viewer.form.get("back"))
+        if name == "cancel" and viewer.form.get("confirm") != "yes":
+            # Only the confirmation page's form says yes: anything else is sent there first.
+            raise see_other(_todo_url(todo_id, back, "/cancel"))
         try:
             await act(
                 services_of(request),
@@ -385,7 +398,7 @@ def _action(name: str) -> Any:
                 raise
             # Refused (a read-only member, or the todo moved on): the page as it is now, saying why.
             return await render(request, viewer, error=exc.message, status=exc.http_status)
-        raise see_other(_todo_url(todo_id, back_params(viewer.form.get("back"))), done)
+        raise see_other(_todo_url(todo_id, back), done)
 
     handler.__name__ = f"todo_{name}"
     return handler
