@@ -31,7 +31,6 @@ from switchboard.models import Connection, Endpoint, Membership
 from switchboard.plugins import UnknownKind
 from switchboard.provider import CheckResult, ConnectionCheck, ConnectionKind
 from switchboard.services import Services
-from switchboard.settings import Settings
 from switchboard.tenancy import Owner, can_manage, can_see, owner_label
 from switchboard.vault import VaultError, binding
 
@@ -51,16 +50,6 @@ class _Unset(enum.Enum):
 
 
 _UNSET = _Unset.UNSET
-
-
-def api_overrides(settings: Settings) -> dict[str, str]:
-    """Operator-level API bases by connection kind (tests and proxies); tenants never set these."""
-    out = {}
-    if settings.github_api_url:
-        out["github"] = settings.github_api_url
-    if settings.slack_api_url:
-        out["slack"] = settings.slack_api_url
-    return out
 
 
 def _scope(owner: Owner) -> ColumnElement[bool]:
@@ -379,7 +368,7 @@ async def test_connection(services: Services, owner: Owner | None, connection_id
                 kind=row.kind,
                 account_key=row.account_key,
                 secret=secret,
-                api_overrides=api_overrides(services.settings),
+                settings=services.providers.settings_of(row.kind, services.settings),
             )
             result = await ck.test(check)
     except outbound.OutboundRefused as exc:

@@ -121,7 +121,7 @@ async def echo_scopes(s: AsyncSession, scopes: Iterable[str], origin: Origin | N
 def clues_of(providers: Providers, delivery: Delivery, verdict: Verdict) -> EchoClues | None:
     """The provider's echo clues for a verified delivery; a provider that fails gives none."""
     try:
-        clues = providers.hook.is_echo(delivery=delivery, verdict=verdict)
+        clues = providers.source(delivery.source).echo_clues(delivery, verdict)
     except Exception as exc:
         log.error("is_echo for %s raised %s; treating as not an echo", delivery.source, type(exc).__name__)
         return None

@@ -1,27 +1,21 @@
-"""The hooks a provider implements. Each is called for every provider; answer only for your kinds.
+"""The one hook a provider implements: ``register_kinds(register)``.
 
-pluggy calls hooks synchronously. The first-result hooks stop at the first answer that is not None,
-so a provider must return None *synchronously* for kinds it does not own: an ``async def`` hook
-would hand back a coroutine (not None) for every kind and win them all. Hooks that do I/O
-(``post_reply``) are plain functions that return an awaitable for their own kind.
+As in llm's ``register_models``, the hook hands the host the objects that carry a kind's behaviour
+(``SourceKind``: ``verify``, ``derive_address``, ``echo_clues``; ``ConnectionKind``: ``post``,
+``test``, …). The core then calls those objects itself, only for their own kind, so a provider never
+sees another kind's traffic and never checks ``delivery.source``.
+
+Any other ``@hookimpl`` in a plugin is a misspelling or a hook of the 0.1 contract (``verify``,
+``derive_address``, ``is_echo``, ``post_reply``): the loader refuses the plugin and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pluggy
 
-from switchboard.provider import (
-    Address,
-    ConnectionKind,
-    Delivery,
-    EchoClues,
-    PostResult,
-    ReplyPost,
-    SourceKind,
-    Verdict,
-)
+from switchboard.provider import ConnectionKind, SourceKind
 
 hookspec = pluggy.HookspecMarker("switchboard")
 hookimpl = pluggy.HookimplMarker("switchboard")
@@ -31,29 +25,3 @@ hookimpl = pluggy.HookimplMarker("switchboard")
 def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
     """Describe your kinds: call ``register`` with a ``SourceKind`` for each webhook source you verify
     and a ``ConnectionKind`` for each outbound credential you post with."""
-
-
-@hookspec(firstresult=True)
-def verify(delivery: Delivery) -> Verdict | None:
-    """Check ``delivery`` (raw bytes, headers, secret) for ``delivery.source`` in constant time and
-    read it into a ``Verdict``; None if the source is not yours. Never raise on bad input."""
-
-
-@hookspec(firstresult=True)
-def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
-    """The reply address of a *verified* delivery of your source, or None (not yours, not a
-    conversation, or any field outside its strict charset: never a cleaned-up address)."""
-
-
-@hookspec(firstresult=True)
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    """What in this verified delivery could make it Switchboard's own reply (posted object ids, a
-    reply marker, the posting bot); the core matches the clues against recorded replies. Return
-    ``EchoClues()`` for your source when there is nothing, None for other sources."""
-
-
-@hookspec(firstresult=True)
-def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
-    """For ``post.kind`` yours: an awaitable that posts ``post.text`` once to ``post.address`` through
-    ``post.http`` and reports the outcome. Add the invisible marker naming ``post.reply_id``. Never
-    put a provider response body in the result. None for other kinds."""

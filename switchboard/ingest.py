@@ -103,7 +103,7 @@ def address_for(services: Services, delivery: Delivery, verdict: Verdict, verifi
     if not verified:
         return None
     try:
-        address = services.providers.hook.derive_address(delivery=delivery, verdict=verdict)
+        address = services.providers.source(delivery.source).derive_address(delivery, verdict)
     except Exception as exc:
         # A provider bug must not lose the delivery: the todo is still created, without an address.
         log.error("derive_address for %s raised %s; no reply address", delivery.source, type(exc).__name__)
@@ -364,13 +364,10 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remot
     is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
     source, webhook_id = delivery.source, config.id
     try:
-        verdict = services.providers.hook.verify(delivery=delivery)
+        verdict = services.providers.source(delivery.source).verify(delivery)
     except Exception as exc:
         log.error("webhook %s: the %s verifier raised %s", webhook_id, source, type(exc).__name__)
         raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
-    if not isinstance(verdict, Verdict):
-        log.error("webhook %s: no provider verified source kind %r", webhook_id, source)
-        raise Refusal(503, "unavailable", f"no installed provider verifies source kind {source!r}")
     if not verdict.ok:
         # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
         log.warning(

@@ -1,8 +1,11 @@
-"""What a provider plugin deals in: the values its hooks receive and return.
+"""What a provider plugin deals in: the kinds it registers and the values their callables take and
+return.
 
-A provider (built in, like ``generic`` and ``stripe``, or a package under ``plugins/``) describes its
-kinds through ``register_kinds`` and implements the hooks in ``hookspecs.py`` for those kinds only.
-Everything here is plain data so a third-party provider can be read and tested without a server.
+A provider (built in, like ``generic`` and ``stripe``, or a package under ``plugins/``) registers
+``SourceKind`` and ``ConnectionKind`` objects through its ``register_kinds`` hook; each object carries
+the behaviour of its kind (``verify``, ``derive_address``, ``echo_clues``; ``post``, ``test``), and the
+core calls them only for that kind. Everything here is plain data so a third-party provider can be
+read and tested without a server. Provider authors import these through ``switchboard.sdk``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
+
+from switchboard.secretscan import Rule
 
 SecretOrigin = Literal["minted", "provider", "none"]
 PostState = Literal["sent", "failed", "unknown"]
@@ -155,8 +160,9 @@ class ReplyPost:
     address: Address
     text: str
     reply_id: str
-    # Operator overrides for SaaS API bases (SWITCHBOARD_GITHUB_API_URL, …); tenants never set these.
-    api_overrides: Mapping[str, str] = field(default_factory=dict)
+    # The kind's own settings as the operator set them (or their defaults), by variable name:
+    # ``settings["SWITCHBOARD_GITHUB_API_URL"]``. Tenants never set these.
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,29 +200,79 @@ class ConnectionCheck:
     kind: str
     account_key: str
     secret: str
-    api_overrides: Mapping[str, str] = field(default_factory=dict)
+    # As ``ReplyPost.settings``.
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
 # Registration
 
 
+def no_address(delivery: Delivery, verdict: Verdict) -> Address | None:
+    """``derive_address`` of a kind whose deliveries are never conversations."""
+    return None
+
+
+def no_echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
+    """``echo_clues`` of a kind Switchboard never posts to."""
+    return EchoClues()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An operator setting a kind declares, read from the environment like the core's.
+
+    ``name`` is the whole variable name and starts with ``SWITCHBOARD_<KIND>_`` (the kind's name in
+    upper case). ``check`` turns what the operator wrote into the value the kind gets, or raises
+    ``ValueError`` with a short reason: a bad value stops start-up with ``error: <name>: <reason>``.
+    ``default`` (already in checked form) applies when the variable is unset or empty. A ``secret``
+    setting's value is never shown (``switchboard plugins`` says only whether it is set).
+    """
+
+    name: str
+    description: str
+    default: str | None = None
+    check: Callable[[str], str] = str.strip
+    secret: bool = False
+
+
 @dataclass(frozen=True)
 class SourceKind:
-    """A kind of webhook: how its signing secret comes to be.
+    """A kind of webhook and what reads it.
 
     ``secret``: ``minted`` (Switchboard mints ``whsec_…``), ``provider`` (the owner pastes the
     provider's secret; the webhook waits until then) or ``none`` (trust is the unguessable URL).
+
+    The core calls the three callables only with deliveries of this kind, so none of them checks
+    ``delivery.source``. Each is a plain function (never ``async def``) that returns at once and never
+    raises on hostile input (a raise is a provider fault: the delivery is answered 503):
+
+    * ``verify(delivery) -> Verdict``: the constant-time signature check and the reading of the body;
+    * ``derive_address(delivery, verdict) -> Address | None``: the reply address of a *verified*
+      delivery, or None (not a conversation, or any field outside its strict charset);
+    * ``echo_clues(delivery, verdict) -> EchoClues``: what could make it Switchboard's own reply.
+
+    ``secret_rules``: secret-scan rules for this kind's credential formats; a reply matching one is
+    refused, whatever kind it is posted to.
     """
 
     name: str
     secret: SecretOrigin
+    verify: Callable[[Delivery], Verdict]
+    derive_address: Callable[[Delivery, Verdict], Address | None] = no_address
+    echo_clues: Callable[[Delivery, Verdict], EchoClues] = no_echo_clues
     description: str = ""
+    secret_rules: tuple[Rule, ...] = ()
 
 
 @dataclass(frozen=True)
 class ConnectionKind:
-    """A kind of outbound credential and the rules for matching it to an address."""
+    """A kind of outbound credential, the rules for matching it to an address, and posting with it.
+
+    The core calls these only with addresses whose ``provider`` is this kind, so none checks it.
+    ``post(post) -> PostResult`` and ``test(check) -> CheckResult`` may be ``async def``; the others
+    are plain functions that answer at once.
+    """
 
     name: str
     # Normalise what an owner typed as the account key; raise ValueError if it is unusable.
@@ -226,15 +282,25 @@ class ConnectionKind:
     # The string a ``targets`` allowlist glob is matched against (repo, channel id, artifact id).
     target_of: Callable[[Address], str]
     text_limit: int
+    # One harmless authenticated read with the credential (``switchboard connection test``).
     test: Callable[[ConnectionCheck], Awaitable[CheckResult]]
+    # Post ``post.text`` once to ``post.address`` through ``post.http``, add the invisible marker
+    # naming ``post.reply_id``, and report the outcome (never a provider response body).
+    post: Callable[[ReplyPost], Awaitable[PostResult]]
     default_account_key: str | None = None
     description: str = ""
+    # What the account key is, for people adding a connection (the web form's hint).
+    account_key_hint: str = ""
     # The instance an address names, as this kind's normalised account key (``github.com``,
     # ``https://git.example.com/gitea``), or None when the address does not say. A webhook is bound
     # to one instance (SPEC §10, hardening): the core compares this with the binding. None here (Slack,
     # where one app serves many workspaces through one API host) means webhooks of the kind are
     # never bound.
     instance_of: Callable[[Address], str | None] | None = None
+    # Operator settings of this kind (``Setting``), e.g. its API base ``SWITCHBOARD_<KIND>_API_URL``.
+    settings: tuple[Setting, ...] = ()
+    # As ``SourceKind.secret_rules``: the credential formats of this kind.
+    secret_rules: tuple[Rule, ...] = ()
 
 
 # The invisible marker a reply carries, naming its reply id, so that the provider's webhook for our
@@ -267,13 +333,22 @@ def json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _bytes(text: str) -> bytes:
+    # Header values may hold anything: aiohttp decodes undecodable bytes as lone surrogates
+    # ('\udcff'), which plain UTF-8 refuses to encode.
+    return text.encode("utf-8", errors="surrogatepass")
+
+
 def hmac_sha256_hex(secret: str, message: bytes) -> str:
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+    return hmac.new(_bytes(secret), message, hashlib.sha256).hexdigest()
 
 
-def same(a: str, b: str) -> bool:
-    """Constant-time string comparison."""
-    return hmac.compare_digest(a.encode(), b.encode())
+def same(a: object, b: object) -> bool:
+    """Constant-time string comparison. Never raises: anything but two equal strings (non-ASCII,
+    lone surrogates and non-strings included) is simply not the same."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    return hmac.compare_digest(_bytes(a), _bytes(b))
 
 
 def one_line(text: str, limit: int = 80) -> str:

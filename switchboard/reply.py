@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard import outbound, secretscan
-from switchboard.connections import api_overrides, open_secret
+from switchboard.connections import open_secret
 from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, token_hash
@@ -275,7 +275,7 @@ async def _prepare(
         body = text.strip()
         if len(body) > kind.text_limit:
             raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
-        rule = secretscan.scan(body)
+        rule = secretscan.scan(body, services.providers.secret_rules)
         if rule is not None:
             services.metrics.inc("switchboard_secret_blocks_total", rule=rule.id)
             raise _refuse(
@@ -330,11 +330,12 @@ async def _prepare(
 
 
 async def _post_once(services: Services, post: ReplyPost) -> PostResult:
-    caller = services.providers.hook.post_reply(post=post)
-    if caller is None:
+    try:
+        kind = services.providers.connection(post.kind)
+    except UnknownKind:
         return PostResult(state="failed", error_class="invalid", error_code="no_provider_for_kind")
     try:
-        result = await caller
+        result = await kind.post(post)
     except outbound.OutboundError as exc:
         return outbound.result_of_error(exc)
     except asyncio.CancelledError:
@@ -342,8 +343,6 @@ async def _post_once(services: Services, post: ReplyPost) -> PostResult:
     except Exception as exc:
         # The plugin may have failed after writing the request: never assume it did not.
         log.error("post_reply for %s failed: %s", post.kind, type(exc).__name__)
-        return PostResult(state="unknown", error_class="server", error_code="provider_error")
-    if not isinstance(result, PostResult):
         return PostResult(state="unknown", error_class="server", error_code="provider_error")
     return result
 
@@ -378,7 +377,7 @@ async def _dial_with(services: Services, ready: _Ready, http: outbound.Outbound)
         address=ready.address,
         text=ready.text,
         reply_id=ready.reply_id,
-        api_overrides=api_overrides(services.settings),
+        settings=services.providers.settings_of(ready.kind, services.settings),
     )
     attempt = 0
     while True:

@@ -9,7 +9,7 @@ above them all and is the only place that builds the aiohttp application.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -43,6 +43,9 @@ class Services:
     # Told when endpoints were revoked in this process: the MCP sessions listen here to close at
     # once (other processes notice at their next revocation pass).
     revocation_listeners: list[Listener] = field(default_factory=list)
+    # How many MCP sessions this process holds, per endpoint id: set by the MCP service while it
+    # runs (read-only for the pages that show it); None where no MCP service runs (the CLI).
+    live_sessions: Callable[[], Mapping[str, int]] | None = None
 
     async def todos_created(self, todo_ids: list[str]) -> None:
         """Tell listeners about committed todos. A listener's failure never loses a todo: the
@@ -71,6 +74,10 @@ def services_of(request_or_app: web.Request | web.Application) -> Services:
 
 
 def build_services(settings: Settings, providers: Providers | None = None) -> Services:
+    """The services of a server or a CLI command. Loads the providers ``settings`` choose (unless
+    given) and checks their kinds' settings: a bad one raises ConfigError, as a bad core one does."""
+    providers = providers or load_providers(settings)
+    providers.check_settings(settings)
     vault = Vault(settings.encryption_key)
     if not vault.has_key:
         log.warning(
@@ -81,5 +88,5 @@ def build_services(settings: Settings, providers: Providers | None = None) -> Se
         settings=settings,
         db=Database(settings.database_url),
         vault=vault,
-        providers=providers or load_providers(),
+        providers=providers,
     )

@@ -1,4 +1,9 @@
-"""Configuration from the environment (prefix ``SWITCHBOARD_``), validated once at startup."""
+"""Configuration from the environment (prefix ``SWITCHBOARD_``), validated once at startup.
+
+The core's settings are the fields below. A provider kind declares its own (``SWITCHBOARD_<KIND>_…``,
+e.g. ``SWITCHBOARD_GITHUB_API_URL``); those are kept here as they were given, beside the fields
+(``plugin_value``), and checked by the kind once the providers are loaded (``plugins.Providers``).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,15 @@ import base64
 import binascii
 import ipaddress
 import logging
+import os
+import re
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "SWITCHBOARD_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+PLUGIN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class ConfigError(Exception):
@@ -19,7 +27,8 @@ class ConfigError(Exception):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    # "allow": a provider kind's settings (``github_api_url``, …) are kept as extra values.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="allow", frozen=True)
 
     database_url: str = "sqlite+aiosqlite:///./switchboard.db"
     base_url: str = "http://127.0.0.1:8080"
@@ -49,8 +58,13 @@ class Settings(BaseSettings):
     ingest_burst: int = Field(500, ge=0, le=1_000_000)
     # Proxies (comma-separated CIDRs) whose X-Forwarded-For names the client; empty: none.
     trusted_proxies: str = ""
-    github_api_url: str | None = None
-    slack_api_url: str | None = None
+    # After a webhook's signing secret is rotated or replaced, the old one still verifies for this
+    # many seconds (time to update the provider); 0 ends it at once. "Expire old now" ends it early.
+    secret_overlap_seconds: int = Field(24 * 3600, ge=0, le=30 * 24 * 3600)
+    # Which provider plugins load (entry-point or package names, comma-separated): None loads every
+    # installed one, "" none of them; the built-ins load unless disabled.
+    plugins: str | None = None
+    disable_plugins: str = ""
     log_level: str = "INFO"
 
     @field_validator("database_url")
@@ -62,14 +76,20 @@ class Settings(BaseSettings):
             value = "postgresql+asyncpg://" + value.removeprefix("postgresql://")
         return value
 
-    @field_validator("base_url", "github_api_url", "slack_api_url")
+    @field_validator("base_url")
     @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None if value == "" else value
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+    def _url(cls, value: str) -> str:
+        return http_url(value)
+
+    @field_validator("plugins", "disable_plugins")
+    @classmethod
+    def _plugin_names(cls, value: str | None) -> str | None:
+        for name in plugin_names(value or ""):
+            if not PLUGIN_NAME_RE.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a plugin name (comma-separated entry-point or package names)"
+                )
+        return value
 
     @field_validator("secret_encryption_key")
     @classmethod
@@ -119,15 +139,57 @@ class Settings(BaseSettings):
         return [ipaddress.ip_network(p, strict=False) for p in parts]
 
     @property
+    def plugin_allowlist(self) -> frozenset[str] | None:
+        """The installed plugins to load (normalised names), or None for all of them."""
+        return None if self.plugins is None else frozenset(map(plugin_key, plugin_names(self.plugins)))
+
+    @property
+    def plugin_denylist(self) -> frozenset[str]:
+        return frozenset(map(plugin_key, plugin_names(self.disable_plugins)))
+
+    def plugin_value(self, name: str) -> str | None:
+        """The value of a provider kind's setting (``SWITCHBOARD_GITHUB_API_URL``), as given, or None."""
+        value = (self.model_extra or {}).get(name.removeprefix(ENV_PREFIX).lower())
+        return None if value is None else str(value)
+
+    @property
     def log_level_number(self) -> int:
         # The validator keeps log_level to the names in LOG_LEVELS, all of which are in the mapping.
         return logging.getLevelNamesMapping()[self.log_level]
 
 
+def http_url(value: str) -> str:
+    """An http(s) URL without its trailing slash; ValueError otherwise."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+def plugin_names(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def plugin_key(name: str) -> str:
+    """A plugin or package name compared as pip compares package names (case, ``-``/``_``/``.``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _kind_settings_from_environment() -> dict[str, str]:
+    """Every ``SWITCHBOARD_*`` variable that is not a core field, for the provider kinds to read."""
+    core = set(Settings.model_fields)
+    out = {}
+    for name, value in os.environ.items():
+        if name.upper().startswith(ENV_PREFIX):
+            field = name[len(ENV_PREFIX) :].lower()
+            if field and field not in core:
+                out[field] = value
+    return out
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read the environment; raise ConfigError naming the first bad variable."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**{**_kind_settings_from_environment(), **overrides})  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"

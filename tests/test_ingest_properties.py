@@ -80,7 +80,7 @@ def test_verifiers_never_raise_and_unverified_deliveries_get_no_address(
     kind: str, headers: dict[str, str], body: bytes, secret: str
 ) -> None:
     delivery = _delivery(kind, headers, body, secret or None)
-    verdict = PROVIDERS.hook.verify(delivery=delivery)
+    verdict = PROVIDERS.source(delivery.source).verify(delivery)
     assert isinstance(verdict, Verdict)
     assert verdict.error in ("signature_invalid", "invalid_body")
     verified = PROVIDERS.sources[kind].secret != "none" and verdict.ok
@@ -90,13 +90,13 @@ def test_verifiers_never_raise_and_unverified_deliveries_get_no_address(
         clean_line(verdict.event, 100)
         delivery_key(verdict.delivery_key, body)
         storable(verdict.payload)
-        assert isinstance(PROVIDERS.hook.is_echo(delivery=delivery, verdict=verdict), EchoClues)
+        assert isinstance(PROVIDERS.source(delivery.source).echo_clues(delivery, verdict), EchoClues)
     address = address_for(SERVICES, delivery, verdict, verified) if verdict.ok else None
     if kind == "generic" or not verified:
         assert address is None
     # Even asked directly, generic never derives an address.
     if kind == "generic" and verdict.ok:
-        assert PROVIDERS.hook.derive_address(delivery=delivery, verdict=verdict) is None
+        assert PROVIDERS.source(delivery.source).derive_address(delivery, verdict) is None
 
 
 # Text as a JSON body can carry it: lone surrogates included (a "\ud800" escape decodes to one).
@@ -230,10 +230,10 @@ def test_forge_address_parsers_never_raise_and_only_return_strict_fields(
 ) -> None:
     body = json.dumps(_forge_payload(fields)).encode()
     delivery = _delivery(kind, _sign(kind, "s3cret", body, event), body, "s3cret")
-    verdict = PROVIDERS.hook.verify(delivery=delivery)
+    verdict = PROVIDERS.source(delivery.source).verify(delivery)
     assert verdict.ok
     _check_address(address_for(SERVICES, delivery, verdict, True))
-    PROVIDERS.hook.is_echo(delivery=delivery, verdict=verdict)
+    PROVIDERS.source(delivery.source).echo_clues(delivery, verdict)
 
 
 @SETTINGS
@@ -261,10 +261,10 @@ def test_slack_address_parser_never_raises_and_only_returns_strict_fields(**f: A
         {"type": "event_callback", "team_id": f["team"], "event_id": "Ev1", "event": event}
     ).encode()
     delivery = _delivery("slack", _sign("slack", "s3cret", body, ""), body, "s3cret")
-    verdict = PROVIDERS.hook.verify(delivery=delivery)
+    verdict = PROVIDERS.source(delivery.source).verify(delivery)
     assert verdict.ok
     _check_address(address_for(SERVICES, delivery, verdict, True))
-    PROVIDERS.hook.is_echo(delivery=delivery, verdict=verdict)
+    PROVIDERS.source(delivery.source).echo_clues(delivery, verdict)
 
 
 @SETTINGS
@@ -281,11 +281,11 @@ def test_cairn_parser_never_raises_and_only_returns_strict_fields(**f: Any) -> N
         payload["created_at"] = created_at
         body = json.dumps(payload).encode()
         delivery = _delivery("cairn", _sign("cairn", "s3cret", body, ""), body, "s3cret")
-        verdict = PROVIDERS.hook.verify(delivery=delivery)
+        verdict = PROVIDERS.source(delivery.source).verify(delivery)
         assert isinstance(verdict, Verdict)
         if verdict.ok:
             _check_address(address_for(SERVICES, delivery, verdict, True))
-            PROVIDERS.hook.is_echo(delivery=delivery, verdict=verdict)
+            PROVIDERS.source(delivery.source).echo_clues(delivery, verdict)
 
 
 @SETTINGS

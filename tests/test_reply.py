@@ -62,6 +62,12 @@ class TinyChat:
         async def check(c: ConnectionCheck) -> CheckResult:
             return CheckResult(ok=True)
 
+        async def send(post: ReplyPost) -> PostResult:
+            resp = await post.http.request(
+                "POST", f"{post.account_key}/rooms/{post.address.fields['room']}", json_body={"t": post.text}
+            )
+            return PostResult(state="sent" if resp.status == 201 else "failed", object_id="m1")
+
         register(
             ConnectionKind(
                 self.KIND,
@@ -70,21 +76,9 @@ class TinyChat:
                 target_of=lambda address: str(address.fields.get("room")),
                 text_limit=100,
                 test=check,
+                post=send,
             )
         )
-
-    @hookimpl
-    def post_reply(self, post: ReplyPost) -> Any:
-        if post.kind != self.KIND:
-            return None
-
-        async def send() -> PostResult:
-            resp = await post.http.request(
-                "POST", f"{post.account_key}/rooms/{post.address.fields['room']}", json_body={"t": post.text}
-            )
-            return PostResult(state="sent" if resp.status == 201 else "failed", object_id="m1")
-
-        return send()
 
 
 @pytest.fixture

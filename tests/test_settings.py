@@ -27,7 +27,6 @@ def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
         ("OUTBOUND_ALLOW_HTTP", "perhaps"),
         ("REPLY_GRACE_SECONDS", "-1"),
         ("REPLY_TODO_CAP", "0"),
-        ("GITHUB_API_URL", "ftp://example.com"),
         ("LOG_LEVEL", "LOUD"),
     ],
 )

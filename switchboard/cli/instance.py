@@ -1,20 +1,24 @@
-"""Commands about the instance itself: ``serve``, ``db upgrade``, ``plugins`` and ``keygen``."""
+"""Commands about the instance itself: ``serve``, ``db upgrade``, ``db reseal``, ``plugins`` and
+``keygen``."""
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import click
 from aiohttp import web
 from sqlalchemy.engine import make_url
 
-from switchboard import db
+from switchboard import db, reseal
 from switchboard.cli.group import main
 from switchboard.cli.output import emit, fail, json_option, settings_or_exit
+from switchboard.cli.runner import do
 from switchboard.logs import RedactingAccessLogger, configure_logging
 from switchboard.plugins import load as load_providers
 from switchboard.services import build_services
+from switchboard.settings import ConfigError
 from switchboard.vault import generate_key
 
 
@@ -65,8 +69,14 @@ def serve(as_json: bool) -> None:
 
     settings = settings_or_exit()
     configure_logging(settings.log_level_number, as_json)
+    # The providers' own settings are checked like the core's, before anything is touched.
+    providers = load_providers(settings)
+    try:
+        providers.check_settings(settings)
+    except ConfigError as exc:
+        fail(str(exc), 2)
     _upgrade(settings.database_url, logged=True)
-    services = build_services(settings)
+    services = build_services(settings, providers)
     logging.getLogger("switchboard").info(
         "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
     )
@@ -100,20 +110,49 @@ def db_upgrade(as_json: bool) -> None:
     emit(as_json, {"upgraded": True, "revision": "head"}, "database is at the latest revision")
 
 
+@db_group.command("reseal")
+@json_option
+def db_reseal(as_json: bool) -> None:
+    """Seal every secret stored in plaintext (from before an encryption key was configured)."""
+    done = do(reseal.reseal)
+    text = f"sealed {done.count} plaintext-stored secret(s)"
+    if done.wal_truncated is False:
+        text += "; the SQLite write-ahead log is in use by another process, so the old plaintext may "
+        text += "remain in it: stop the server and run `switchboard db reseal` again"
+    emit(as_json, {"resealed": done.count, "wal_truncated": done.wal_truncated}, text)
+
+
 @main.command()
 @json_option
 def plugins(as_json: bool) -> None:
-    """List the provider plugins, their versions, kinds and hooks."""
-    rows = load_providers().describe()
+    """List the provider plugins: version, status (and the error of one that did not load), kinds
+    with their descriptions, and each kind's settings (a secret one's value is never shown)."""
+    settings = settings_or_exit()
+    rows = load_providers(settings).describe(settings)
+    emit(as_json, {"plugins": rows}, lambda: "\n".join(_plugin_lines(row) for row in rows))
 
-    def text() -> str:
-        return "\n".join(
-            f"{r['name']} ({r['package']} {r['version']}): sources={','.join(r['source_kinds']) or '-'} "
-            f"connections={','.join(r['connection_kinds']) or '-'} hooks={','.join(r['hooks'])}"
-            for r in rows
-        )
 
-    emit(as_json, {"plugins": rows}, text)
+def _plugin_lines(row: dict[str, Any]) -> str:
+    head = f"{row['name']} ({row['package']} {row['version']}): {row['status']}"
+    if row["error"]:
+        return f"{head}: {row['error']}"
+    lines = [
+        f"{head} sources={','.join(row['source_kinds']) or '-'} "
+        f"connections={','.join(row['connection_kinds']) or '-'}"
+    ]
+    for kind in row["kinds"]:
+        lines.append(f"  {kind['role']} {kind['name']}: {kind['description'] or '-'}")
+        for setting in kind.get("settings", ()):
+            if setting["error"]:
+                shown = f"invalid: {setting['error']}"
+            elif setting["secret"]:
+                shown = "(secret, set)" if setting["from"] == "environment" else "(secret, unset)"
+            else:
+                shown = f"{setting['value'] or '-'} ({setting['from']})"
+            lines.append(f"    {setting['name']} = {shown}")
+        if kind["secret_rules"]:
+            lines.append(f"    secret rules: {', '.join(kind['secret_rules'])}")
+    return "\n".join(lines)
 
 
 @main.command()

@@ -1,1 +1,2 @@
-"""Built-in providers. They use the same hooks as the packages under ``plugins/``."""
+"""Built-in providers. They register their kinds as the packages under ``plugins/`` do, and import
+only ``switchboard.sdk``."""

@@ -9,29 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     ConnectionKind,
     Delivery,
-    EchoClues,
     SourceKind,
     Verdict,
+    hookimpl,
     json_object,
+    no_address,
+    no_echo_clues,
     one_line,
 )
 
 KIND = "generic"
 
 
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(SourceKind(KIND, secret="none", description="Any sender; trusted by its unguessable URL."))
-
-
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
+def verify(delivery: Delivery) -> Verdict:
     payload = json_object(delivery.body)
     if payload is None:
         # Any bytes are accepted; a non-JSON body is kept as text for the agent.
@@ -49,12 +42,17 @@ def verify(delivery: Delivery) -> Verdict | None:
     )
 
 
-@hookimpl
-def derive_address(delivery: Delivery, verdict: Verdict) -> None:
+SOURCE = SourceKind(
+    KIND,
+    secret="none",
+    verify=verify,
     # Never an address: see the module docstring.
-    return None
+    derive_address=no_address,
+    echo_clues=no_echo_clues,
+    description="Any sender; trusted by its unguessable URL.",
+)
 
 
 @hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    return EchoClues() if delivery.source == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)

@@ -7,32 +7,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     ConnectionKind,
     Delivery,
-    EchoClues,
     SourceKind,
     Verdict,
-    hmac_sha256_hex,
+    hookimpl,
     json_object,
+    no_address,
+    no_echo_clues,
     one_line,
-    same,
+    signature_matches,
+    timestamp_within,
 )
 
 KIND = "stripe"
 TOLERANCE_SECONDS = 300
 
 
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(SourceKind(KIND, secret="provider", description="Stripe events (secret from the dashboard)."))
-
-
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
+def verify(delivery: Delivery) -> Verdict:
     header = delivery.headers.get("Stripe-Signature", "")
     timestamp, candidates = None, []
     for part in header.split(","):
@@ -45,12 +38,11 @@ def verify(delivery: Delivery) -> Verdict | None:
         return Verdict.refuse("signature missing or malformed")
     if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
         return Verdict.refuse("timestamp malformed")
-    skew = abs(delivery.received_at.timestamp() - int(timestamp))
-    if skew > TOLERANCE_SECONDS:
+    if not timestamp_within(timestamp, delivery.received_at, TOLERANCE_SECONDS):
         return Verdict.refuse("timestamp outside the 300 s window")
-    expected = hmac_sha256_hex(delivery.secret or "", timestamp.encode() + b"." + delivery.body)
+    message = timestamp.encode() + b"." + delivery.body
     # Check every candidate (no early exit) so timing says nothing about which one matched.
-    matched = [same(expected, c) for c in candidates]
+    matched = [signature_matches(c, delivery.secret or "", message) for c in candidates]
     if not any(matched):
         return Verdict.refuse("signature mismatch")
     payload = json_object(delivery.body)
@@ -70,11 +62,16 @@ def verify(delivery: Delivery) -> Verdict | None:
     )
 
 
-@hookimpl
-def derive_address(delivery: Delivery, verdict: Verdict) -> None:
-    return None
+SOURCE = SourceKind(
+    KIND,
+    secret="provider",
+    verify=verify,
+    derive_address=no_address,
+    echo_clues=no_echo_clues,
+    description="Stripe events (secret from the dashboard).",
+)
 
 
 @hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    return EchoClues() if delivery.source == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)

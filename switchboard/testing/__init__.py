@@ -20,6 +20,7 @@ switchboard outside this package imports it: it is for tests only.
 
 from __future__ import annotations
 
+from switchboard.services import Services
 from switchboard.testing.database import (
     TEST_DATABASE_ENV,
     TEST_ENCRYPTION_KEY,
@@ -78,6 +79,7 @@ __all__ = [
     "Scripted",
     "ServeProcess",
     "ServeProcesses",
+    "Services",
     "add_todo",
     "cairn_address",
     "cairn_headers",

@@ -16,14 +16,11 @@ A delivery looks like::
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from switchboard import outbound
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     Address,
     CheckResult,
     ConnectionCheck,
@@ -34,17 +31,26 @@ from switchboard.provider import (
     ReplyPost,
     SourceKind,
     Verdict,
+    failure,
     find_marker,
-    hmac_sha256_hex,
+    hookimpl,
+    host_of,
     https_base,
+    https_link,
     instance_base,
     instance_key,
+    int_id,
+    json_dict,
     json_object,
+    normalize_https_base,
     one_line,
     origin_of,
     reply_marker,
+    rfc3339,
     same,
     same_instance,
+    signature_matches,
+    within,
 )
 
 KIND = "cairn"
@@ -55,36 +61,18 @@ COMMENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 HOUSEKEEPING_EVENTS = frozenset({"ping", "webhook.test"})
 
 # ---------------------------------------------------------------------------------------------
-# Inbound: register the source kind, verify, derive the reply address, find echo clues.
+# Inbound: verify, derive the reply address, find echo clues. The core calls these for cairn
+# deliveries only.
 
 
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(SourceKind(KIND, secret="minted", description="Cairn artifact and comment events."))
-    register(CONNECTION)
-
-
-def _created_at(value: object) -> datetime | None:
-    if not isinstance(value, str) or not 20 <= len(value) <= 40 or not value.isascii():
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
+def verify(delivery: Delivery) -> Verdict:
     header = delivery.headers.get("X-Cairn-Signature", "").strip()
     if not header:
         return Verdict.refuse("X-Cairn-Signature missing")
     scheme, _, given = header.partition("=")
     if scheme != "sha256" or not given:
         return Verdict.refuse("X-Cairn-Signature malformed")
-    if not same(hmac_sha256_hex(delivery.secret or "", delivery.body), given):
+    if not signature_matches(header, delivery.secret or "", delivery.body, prefix="sha256="):
         return Verdict.refuse("signature mismatch")
     payload = json_object(delivery.body)
     if payload is None:
@@ -92,14 +80,10 @@ def verify(delivery: Delivery) -> Verdict | None:
     event_id = payload.get("event_id")
     if not isinstance(event_id, str) or not EVENT_ID_RE.fullmatch(event_id):
         return Verdict.refuse("event_id missing or malformed")
-    created = _created_at(payload.get("created_at"))
+    created = rfc3339(payload.get("created_at"))
     if created is None:
         return Verdict.refuse("created_at missing or malformed")
-    try:
-        skew = abs((delivery.received_at - created).total_seconds())
-    except OverflowError:  # a year-1 or year-9999 timestamp with an offset
-        skew = float("inf")
-    if skew > TOLERANCE_SECONDS:
+    if not within(created, delivery.received_at, TOLERANCE_SECONDS):
         return Verdict.refuse("created_at outside the 300 s window")
     header_id = delivery.headers.get("X-Cairn-Event-Id")
     if header_id is not None and not same(header_id.strip(), event_id):
@@ -131,10 +115,7 @@ def _title(event: str, payload: dict[str, Any]) -> str:
     return one_line(f"Cairn {event} on {one_line(ident, 60)} — {one_line(name, 100)}", 200)
 
 
-@hookimpl
 def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
-    if delivery.source != KIND:
-        return None
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     artifact = payload.get("artifact")
     if not isinstance(artifact, dict):
@@ -157,10 +138,7 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     )
 
 
-@hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    if delivery.source != KIND:
-        return None
+def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     comment = payload.get("comment")
     if not isinstance(comment, dict):
@@ -192,8 +170,8 @@ async def _test(check: ConnectionCheck) -> CheckResult:
     )
     if resp.status != 200:
         detail = f"GET /v1/tokens/self answered HTTP {resp.status}"
-        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
-    subject = outbound.json_dict(resp).get("subject")
+        return CheckResult(ok=False, error_class=failure(resp).error_class, detail=detail)
+    subject = json_dict(resp).get("subject")
     subject = one_line(subject, 60) if isinstance(subject, str) else ""
     return CheckResult(ok=True, detail=f"token for {subject or 'this instance'}", facts={"subject": subject})
 
@@ -201,23 +179,23 @@ async def _test(check: ConnectionCheck) -> CheckResult:
 def _comment_id(value: object) -> str | None:
     if isinstance(value, str) and COMMENT_ID_RE.fullmatch(value):
         return value
-    return outbound.int_id(value)
+    return int_id(value)
 
 
-async def _post(post: ReplyPost) -> PostResult:
-    artifact_id = post.address.fields.get("artifact_id")
+async def post(reply: ReplyPost) -> PostResult:
+    artifact_id = reply.address.fields.get("artifact_id")
     if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id):
         return PostResult(state="failed", error_class="invalid", error_code="bad_address")
-    url = f"{post.account_key}/v1/artifacts/{quote(artifact_id, safe='')}/comments"
-    body = {"anchor_type": "artifact", "body": post.text + reply_marker(post.reply_id)}
-    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    url = f"{reply.account_key}/v1/artifacts/{quote(artifact_id, safe='')}/comments"
+    body = {"anchor_type": "artifact", "body": reply.text + reply_marker(reply.reply_id)}
+    resp = await reply.http.request("POST", url, headers=_headers(reply.secret), json_body=body)
     if resp.status != 201:
-        return outbound.failure(resp)
-    comment = outbound.json_dict(resp)
+        return failure(resp)
+    comment = json_dict(resp)
     return PostResult(
         state="sent",
         object_id=_comment_id(comment.get("id")),
-        permalink=outbound.https_link(comment.get("url")),
+        permalink=https_link(comment.get("url")),
     )
 
 
@@ -226,30 +204,43 @@ def _account_matches(key: str, address: Address) -> bool:
     does not matter: the dial goes to the key's https URL). An address stored before addresses
     carried their base names only ``instance`` (scheme and host); it keeps the host rule, and the
     core refuses it as ambiguous when more than one connection of the scope is on that host."""
-    if address.provider != KIND:
-        return False
     if "base" in address.fields:
         return same_instance(address.fields["base"], key)
     instance = address.fields.get("instance")
-    return isinstance(instance, str) and instance.partition("://")[2] == outbound.host_of(key)
+    return isinstance(instance, str) and instance.partition("://")[2] == host_of(key)
 
 
 def _instance_of(address: Address) -> str | None:
-    return https_base(address.fields.get("base")) if address.provider == KIND else None
+    return https_base(address.fields.get("base"))
 
+
+# ---------------------------------------------------------------------------------------------
+# The kinds.
+
+SOURCE = SourceKind(
+    KIND,
+    secret="minted",
+    verify=verify,
+    derive_address=derive_address,
+    echo_clues=echo_clues,
+    description="Cairn artifact and comment events.",
+)
 
 CONNECTION = ConnectionKind(
     name=KIND,
-    normalize_account_key=outbound.normalize_https_base,
+    normalize_account_key=normalize_https_base,
     account_matches=_account_matches,
     target_of=lambda address: str(address.fields.get("artifact_id", "")),
     text_limit=TEXT_LIMIT,
     test=_test,
-    description="A Cairn token with annotation-write scope (account key: the https base URL).",
+    post=post,
+    description="A Cairn token with annotation-write scope (account key: the https base URL, with its path).",
+    account_key_hint="the instance's https base URL, with its path",
     instance_of=_instance_of,
 )
 
 
 @hookimpl
-def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
-    return _post(post) if post.kind == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)
+    register(CONNECTION)

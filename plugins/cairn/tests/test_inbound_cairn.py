@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import switchboard_cairn as cairn
 
-from switchboard.provider import Delivery, EchoClues
+from switchboard.sdk import Delivery, EchoClues
 from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "cairn"
@@ -85,7 +85,7 @@ def test_address_and_its_strictness() -> None:
         "base": "https://cairn.example.com",
         "artifact_id": "art_01jdq8v6k2m3n4p5q6r7s8t9",
     }
-    assert cairn.is_echo(delivery, verdict) == EchoClues(object_ids=("cmt_01jdq9c0b1c2d3e4f5g6h7j8",))
+    assert cairn.echo_clues(delivery, verdict) == EchoClues(object_ids=("cmt_01jdq9c0b1c2d3e4f5g6h7j8",))
     for field, value in [
         ("url", "ftp://cairn.example.com/a"),
         ("url", "https://user@cairn.example.com/a"),

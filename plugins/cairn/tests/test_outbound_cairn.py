@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import switchboard_cairn as cairn
 
-from switchboard.outbound import Outbound
-from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
+from switchboard.sdk import ConnectionCheck, HttpClient, ReplyPost, find_marker
 from switchboard.testing import FakeProvider, Scripted, cairn_address, guarded_client
 
 REPLY_ID = "rp_01jddddddddddddddddddddddd"
@@ -22,7 +21,7 @@ def fake(fake_cairn: FakeProvider) -> FakeProvider:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[Outbound]:
+async def http() -> AsyncIterator[HttpClient]:
     client = guarded_client(allow_http=False)
     yield client
     await client.close()
@@ -52,26 +51,26 @@ def test_connection_kind_rules() -> None:
     assert kind.target_of(cairn_address("https://c", "art_9")) == "art_9"
 
 
-async def test_comment_on_the_artifact(http: Outbound, fake: FakeProvider) -> None:
+async def test_comment_on_the_artifact(http: HttpClient, fake: FakeProvider) -> None:
     post = ReplyPost(
         http, "cairn", fake.base_url, "tok-4", cairn_address(fake.base_url), "See art_43.", REPLY_ID
     )
-    result = await cairn.post_reply(post=post)
+    result = await cairn.post(post)
     assert (result.state, result.object_id) == ("sent", "cm_1001")
     [req] = fake.requests
     assert (req.path, req.auth) == ("/v1/artifacts/art_42/comments", "Bearer tok-4")
     assert req.json["anchor_type"] == "artifact" and find_marker(req.json["body"]) == REPLY_ID
 
 
-async def test_errors_and_bad_ids(http: Outbound, fake: FakeProvider) -> None:
+async def test_errors_and_bad_ids(http: HttpClient, fake: FakeProvider) -> None:
     bad = ReplyPost(http, "cairn", fake.base_url, "t", cairn_address(fake.base_url, "../x"), "x", REPLY_ID)
-    assert (await cairn.post_reply(post=bad)).error_code == "bad_address" and fake.requests == []
+    assert (await cairn.post(bad)).error_code == "bad_address" and fake.requests == []
     fake.script("POST", "/v1/artifacts/art_42/comments", Scripted(404, {"error": "no such artifact"}))
     post = ReplyPost(http, "cairn", fake.base_url, "t", cairn_address(fake.base_url), "x", REPLY_ID)
-    result = await cairn.post_reply(post=post)
+    result = await cairn.post(post)
     assert (result.state, result.error_class) == ("failed", "not_found")
 
 
-async def test_the_token_check(http: Outbound, fake: FakeProvider) -> None:
+async def test_the_token_check(http: HttpClient, fake: FakeProvider) -> None:
     result = await cairn.CONNECTION.test(ConnectionCheck(http, "cairn", fake.base_url, "tok"))
     assert result.ok and fake.requests[0].path == "/v1/tokens/self"

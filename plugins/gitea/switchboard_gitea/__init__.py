@@ -9,13 +9,11 @@ means a plain comment on a PR in ``*-Event-Type`` but a *review* comment in ``*-
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from switchboard import outbound
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     Address,
     CheckResult,
     ConnectionCheck,
@@ -27,10 +25,18 @@ from switchboard.provider import (
     SourceKind,
     Verdict,
     comment_echo_clues,
+    failure,
     forge_comment_address,
+    header_value,
     hmac_sha256_hex,
+    hookimpl,
+    host_of,
     https_base,
+    https_link,
+    int_id,
+    json_dict,
     json_object,
+    normalize_https_base,
     one_line,
     reply_marker,
     same,
@@ -76,21 +82,12 @@ CONVERSATION_EVENTS = frozenset(FINE_EVENTS.values())
 HOUSEKEEPING_EVENTS = frozenset({"ping"})
 
 # ---------------------------------------------------------------------------------------------
-# Inbound: register the source kind, verify, derive the reply address, find echo clues.
-
-
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(SourceKind(KIND, secret="minted", description="Gitea or Forgejo repository webhooks."))
-    register(CONNECTION)
+# Inbound: verify, derive the reply address, find echo clues. The core calls these for gitea
+# deliveries only.
 
 
 def _header(delivery: Delivery, *names: str) -> str:
-    for name in names:
-        value = delivery.headers.get(name, "").strip()
-        if value:
-            return value
-    return ""
+    return header_value(delivery.headers, *names)
 
 
 def _event(delivery: Delivery) -> str:
@@ -102,10 +99,7 @@ def _event(delivery: Delivery) -> str:
     return COARSE_EVENTS.get(coarse, coarse) or "unknown"
 
 
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
+def verify(delivery: Delivery) -> Verdict:
     expected = hmac_sha256_hex(delivery.secret or "", delivery.body)
     checks = []
     for name in SIGNATURE_HEADERS:
@@ -176,10 +170,7 @@ def _title(event: str, payload: dict[str, Any]) -> str:
     return one_line(f"{noun} #{number} {verb}{where} — {one_line(title, 120)}", 200)
 
 
-@hookimpl
 def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
-    if delivery.source != KIND:
-        return None
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
         return None
@@ -190,10 +181,7 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     return forge_comment_address(KIND, payload.get("repository"), subject, schemes=("https", "http"))
 
 
-@hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    if delivery.source != KIND:
-        return None
+def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     return comment_echo_clues(verdict.payload)
 
 
@@ -211,29 +199,29 @@ async def _test(check: ConnectionCheck) -> CheckResult:
     resp = await check.http.request("GET", f"{check.account_key}/api/v1/user", headers=_headers(check.secret))
     if resp.status != 200:
         detail = f"GET /api/v1/user answered HTTP {resp.status}"
-        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
-    login = outbound.json_dict(resp).get("login")
+        return CheckResult(ok=False, error_class=failure(resp).error_class, detail=detail)
+    login = json_dict(resp).get("login")
     login = one_line(login, 60) if isinstance(login, str) else ""
     return CheckResult(ok=True, detail=f"authenticated as {login}", facts={"login": login})
 
 
-async def _post(post: ReplyPost) -> PostResult:
-    repo = valid_repo(post.address.fields.get("repo"))
-    number = valid_number(post.address.fields.get("number"))
+async def post(reply: ReplyPost) -> PostResult:
+    repo = valid_repo(reply.address.fields.get("repo"))
+    number = valid_number(reply.address.fields.get("number"))
     if repo is None or number is None:
         return PostResult(state="failed", error_class="invalid", error_code="bad_address")
     owner, name = (quote(part, safe="") for part in repo.split("/"))
     # The connection's own base URL, path included: the instance the address matched exactly.
-    url = f"{post.account_key}/api/v1/repos/{owner}/{name}/issues/{number}/comments"
-    body = {"body": post.text + reply_marker(post.reply_id)}
-    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    url = f"{reply.account_key}/api/v1/repos/{owner}/{name}/issues/{number}/comments"
+    body = {"body": reply.text + reply_marker(reply.reply_id)}
+    resp = await reply.http.request("POST", url, headers=_headers(reply.secret), json_body=body)
     if resp.status != 201:
-        return outbound.failure(resp)
-    comment = outbound.json_dict(resp)
+        return failure(resp)
+    comment = json_dict(resp)
     return PostResult(
         state="sent",
-        object_id=outbound.int_id(comment.get("id")),
-        permalink=outbound.https_link(comment.get("html_url")),
+        object_id=int_id(comment.get("id")),
+        permalink=https_link(comment.get("html_url")),
     )
 
 
@@ -242,29 +230,42 @@ def _account_matches(key: str, address: Address) -> bool:
     path included: two Gitea instances under one host name are two instances. An address stored
     before addresses carried their base names only a host; it keeps the host rule, and the core
     refuses it as ambiguous when more than one connection of the scope is on that host."""
-    if address.provider != KIND:
-        return False
     if "base" in address.fields:
         return same_instance(address.fields["base"], key)
-    return address.fields.get("host") == outbound.host_of(key)
+    return address.fields.get("host") == host_of(key)
 
 
 def _instance_of(address: Address) -> str | None:
-    return https_base(address.fields.get("base")) if address.provider == KIND else None
+    return https_base(address.fields.get("base"))
 
+
+# ---------------------------------------------------------------------------------------------
+# The kinds. Gitea tokens are bare hex, too plain for a secret-scan rule of their own.
+
+SOURCE = SourceKind(
+    KIND,
+    secret="minted",
+    verify=verify,
+    derive_address=derive_address,
+    echo_clues=echo_clues,
+    description="Gitea or Forgejo repository webhooks.",
+)
 
 CONNECTION = ConnectionKind(
     name=KIND,
-    normalize_account_key=outbound.normalize_https_base,
+    normalize_account_key=normalize_https_base,
     account_matches=_account_matches,
     target_of=lambda address: str(address.fields.get("repo", "")),
     text_limit=TEXT_LIMIT,
     test=_test,
+    post=post,
     description="A Gitea or Forgejo access token (account key: the https base URL, with its path).",
+    account_key_hint="the instance's https base URL, with its path",
     instance_of=_instance_of,
 )
 
 
 @hookimpl
-def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
-    return _post(post) if post.kind == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)
+    register(CONNECTION)

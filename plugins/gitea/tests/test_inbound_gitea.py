@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import switchboard_gitea as gitea
 
-from switchboard.provider import Delivery, EchoClues, reply_marker
+from switchboard.sdk import Delivery, EchoClues, reply_marker
 from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "gitea"
@@ -113,7 +113,7 @@ def test_address_echo_and_strictness() -> None:
         "repo": "acme/api",
         "number": 7,
     }
-    assert gitea.is_echo(delivery, verdict) == EchoClues(
+    assert gitea.echo_clues(delivery, verdict) == EchoClues(
         object_ids=("1206",), marker="rp_01jdq9a0b1c2d3e4f5g6h7j8k9"
     )
     for change in (

@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import switchboard_gitea as gitea
 
-from switchboard.outbound import Outbound
-from switchboard.provider import ConnectionCheck, ReplyPost, find_marker
+from switchboard.sdk import ConnectionCheck, HttpClient, ReplyPost, find_marker
 from switchboard.testing import FakeProvider, Scripted, forge_address, guarded_client
 
 REPLY_ID = "rp_01jdbbbbbbbbbbbbbbbbbbbbbb"
@@ -22,7 +21,7 @@ def fake(fake_gitea: FakeProvider) -> FakeProvider:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[Outbound]:
+async def http() -> AsyncIterator[HttpClient]:
     client = guarded_client(allow_http=False)
     yield client
     await client.close()
@@ -35,7 +34,6 @@ def test_connection_kind_rules() -> None:
         kind.normalize_account_key("http://git.example.com")
     assert kind.account_matches("https://git.example.com/forge", forge_address("gitea", "git.example.com"))
     assert not kind.account_matches("https://git.example.com", forge_address("gitea", "git.example.com:8443"))
-    assert not kind.account_matches("https://git.example.com", forge_address("github", "git.example.com"))
     # With its instance base, an address matches that base exactly (path included, scheme aside).
     based = forge_address("gitea", "git.example.com")
     based = dataclasses.replace(based, fields={**based.fields, "base": "https://git.example.com/forge"})
@@ -47,31 +45,30 @@ def test_connection_kind_rules() -> None:
     assert kind.instance_of(forge_address("gitea", "git.example.com")) is None
 
 
-async def test_the_post_goes_under_the_connections_base_path(http: Outbound, fake: FakeProvider) -> None:
+async def test_the_post_goes_under_the_connections_base_path(http: HttpClient, fake: FakeProvider) -> None:
     """A Gitea served under a path gets its API under that path: {base}/api/v1/…"""
     address = forge_address("gitea", fake.host, number=5)
     address = dataclasses.replace(address, fields={**address.fields, "base": f"{fake.base_url}/gitea-b"})
     fake.script("POST", "/gitea-b/api/v1/repos/acme/api/issues/5/comments", Scripted(201, {"id": 77}))
     post = ReplyPost(http, "gitea", f"{fake.base_url}/gitea-b", "tok-b", address, "Done.", REPLY_ID)
-    result = await gitea.post_reply(post=post)
+    result = await gitea.post(post)
     assert (result.state, result.object_id) == ("sent", "77")
     [req] = fake.requests
     assert (req.path, req.auth) == ("/gitea-b/api/v1/repos/acme/api/issues/5/comments", "token tok-b")
 
 
-async def test_comment_with_the_token_scheme(http: Outbound, fake: FakeProvider) -> None:
+async def test_comment_with_the_token_scheme(http: HttpClient, fake: FakeProvider) -> None:
     post = ReplyPost(
         http, "gitea", fake.base_url, "tok-2", forge_address("gitea", fake.host), "Merged.", REPLY_ID
     )
-    assert gitea.post_reply(post=ReplyPost(http, "github", "", "", post.address, "", REPLY_ID)) is None
-    result = await gitea.post_reply(post=post)
+    result = await gitea.post(post)
     assert (result.state, result.object_id) == ("sent", "1001")
     [req] = fake.requests
     assert (req.path, req.auth) == ("/api/v1/repos/acme/api/issues/7/comments", "token tok-2")
     assert find_marker(req.json["body"]) == REPLY_ID
 
 
-async def test_errors_are_classes(http: Outbound, fake: FakeProvider) -> None:
+async def test_errors_are_classes(http: HttpClient, fake: FakeProvider) -> None:
     post = ReplyPost(http, "gitea", fake.base_url, "tok", forge_address("gitea", fake.host), "x", REPLY_ID)
     path = "/api/v1/repos/acme/api/issues/7/comments"
     for status, expected in (
@@ -80,10 +77,10 @@ async def test_errors_are_classes(http: Outbound, fake: FakeProvider) -> None:
         (504, ("unknown", "server")),
     ):
         fake.script("POST", path, Scripted(status, {"message": "detail from the server"}))
-        result = await gitea.post_reply(post=post)
+        result = await gitea.post(post)
         assert (result.state, result.error_class) == expected
 
 
-async def test_the_connection_test(http: Outbound, fake: FakeProvider) -> None:
+async def test_the_connection_test(http: HttpClient, fake: FakeProvider) -> None:
     result = await gitea.CONNECTION.test(ConnectionCheck(http, "gitea", fake.base_url, "tok"))
     assert result.ok and fake.requests[0].path == "/api/v1/user"

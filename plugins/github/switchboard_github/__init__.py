@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from switchboard import outbound
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     Address,
     CheckResult,
     ConnectionCheck,
@@ -24,15 +22,23 @@ from switchboard.provider import (
     EchoClues,
     PostResult,
     ReplyPost,
+    Response,
     SourceKind,
     Verdict,
+    api_url_setting,
     comment_echo_clues,
+    failure,
     forge_comment_address,
-    hmac_sha256_hex,
+    header,
+    hookimpl,
+    https_link,
+    int_id,
+    json_dict,
     json_object,
+    normalize_host,
     one_line,
     reply_marker,
-    same,
+    signature_matches,
     valid_number,
     valid_repo,
 )
@@ -45,13 +51,8 @@ CONVERSATION_EVENTS = frozenset(
 HOUSEKEEPING_EVENTS = frozenset({"ping"})
 
 # ---------------------------------------------------------------------------------------------
-# Inbound: register the source kind, verify, derive the reply address, find echo clues.
-
-
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(SourceKind(KIND, secret="minted", description="GitHub repository or organisation webhooks."))
-    register(CONNECTION)
+# Inbound: verify, derive the reply address, find echo clues. The core calls these for github
+# deliveries only.
 
 
 def _body_json(delivery: Delivery) -> dict[str, Any] | None:
@@ -67,17 +68,14 @@ def _body_json(delivery: Delivery) -> dict[str, Any] | None:
     return json_object(delivery.body)
 
 
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
-    header = delivery.headers.get("X-Hub-Signature-256", "").strip()
-    if not header:
+def verify(delivery: Delivery) -> Verdict:
+    signature = delivery.headers.get("X-Hub-Signature-256", "").strip()
+    if not signature:
         return Verdict.refuse("X-Hub-Signature-256 missing")
-    scheme, _, given = header.partition("=")
+    scheme, _, given = signature.partition("=")
     if scheme != "sha256" or not given:
         return Verdict.refuse("X-Hub-Signature-256 malformed")
-    if not same(hmac_sha256_hex(delivery.secret or "", delivery.body), given):
+    if not signature_matches(signature, delivery.secret or "", delivery.body, prefix="sha256="):
         return Verdict.refuse("signature mismatch")
     payload = _body_json(delivery)
     if payload is None:
@@ -130,10 +128,7 @@ def _title(event: str, payload: dict[str, Any]) -> str:
     return one_line(f"{noun} #{number} {verb}{where} — {one_line(title, 120)}", 200)
 
 
-@hookimpl
 def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
-    if delivery.source != KIND:
-        return None
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     if verdict.event.split(".")[0] not in CONVERSATION_EVENTS:
         return None
@@ -142,10 +137,7 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     return forge_comment_address(KIND, payload.get("repository"), subject, path_mounted=False)
 
 
-@hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    if delivery.source != KIND:
-        return None
+def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     return comment_echo_clues(verdict.payload)
 
 
@@ -154,13 +146,19 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
 
 TEXT_LIMIT = 65_536
 SAAS_HOST = "github.com"
+API_URL = api_url_setting(
+    KIND,
+    "https://api.github.com",
+    "The GitHub API base for github.com connections (tests and proxies); GitHub Enterprise hosts "
+    "are not affected.",
+)
 
 
-def _api(account_key: str, overrides: Mapping[str, str]) -> str:
-    """``https://api.github.com`` for github.com (or the operator's override), else GHES's
-    ``https://{host}/api/v3``. Only ever the connection's own host: never the address's."""
+def _api(account_key: str, settings: Mapping[str, str]) -> str:
+    """``https://api.github.com`` for github.com (or the operator's SWITCHBOARD_GITHUB_API_URL), else
+    GHES's ``https://{host}/api/v3``. Only ever the connection's own host: never the address's."""
     if account_key == SAAS_HOST:
-        return overrides.get(KIND) or "https://api.github.com"
+        return settings.get(API_URL.name) or "https://api.github.com"
     return f"https://{account_key}/api/v3"
 
 
@@ -172,20 +170,20 @@ def _headers(secret: str) -> dict[str, str]:
     }
 
 
-def _rate_limited(resp: outbound.Response) -> bool:
+def _rate_limited(resp: Response) -> bool:
     if resp.status == 429:
         return True
     return resp.status == 403 and (
-        outbound.header(resp.headers, "retry-after") is not None
-        or outbound.header(resp.headers, "x-ratelimit-remaining") == "0"
+        header(resp.headers, "retry-after") is not None
+        or header(resp.headers, "x-ratelimit-remaining") == "0"
     )
 
 
-def _failure(resp: outbound.Response) -> PostResult:
+def _failure(resp: Response) -> PostResult:
     if not _rate_limited(resp):
-        return outbound.failure(resp)
-    result = outbound.failure(resp, rate_limited=True)
-    reset = outbound.header(resp.headers, "x-ratelimit-reset")
+        return failure(resp)
+    result = failure(resp, rate_limited=True)
+    reset = header(resp.headers, "x-ratelimit-reset")
     if result.retry_after is None and reset is not None and reset.isdigit():
         wait = max(0.0, int(reset) - time.time())
         result = dataclasses.replace(result, retry_after=wait)
@@ -193,58 +191,74 @@ def _failure(resp: outbound.Response) -> PostResult:
 
 
 async def _test(check: ConnectionCheck) -> CheckResult:
-    url = f"{_api(check.account_key, check.api_overrides)}/user"
+    url = f"{_api(check.account_key, check.settings)}/user"
     resp = await check.http.request("GET", url, headers=_headers(check.secret))
     if resp.status != 200:
         detail = f"GET /user answered HTTP {resp.status}"
         return CheckResult(ok=False, error_class=_failure(resp).error_class, detail=detail)
-    login = outbound.json_dict(resp).get("login")
+    login = json_dict(resp).get("login")
     login = one_line(login, 60) if isinstance(login, str) else ""
     return CheckResult(ok=True, detail=f"authenticated as {login}", facts={"login": login})
 
 
-async def _post(post: ReplyPost) -> PostResult:
-    repo = valid_repo(post.address.fields.get("repo"))
-    number = valid_number(post.address.fields.get("number"))
+async def post(reply: ReplyPost) -> PostResult:
+    repo = valid_repo(reply.address.fields.get("repo"))
+    number = valid_number(reply.address.fields.get("number"))
     if repo is None or number is None:
         return PostResult(state="failed", error_class="invalid", error_code="bad_address")
     owner, name = (quote(part, safe="") for part in repo.split("/"))
-    url = f"{_api(post.account_key, post.api_overrides)}/repos/{owner}/{name}/issues/{number}/comments"
-    body = {"body": post.text + reply_marker(post.reply_id)}
-    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    url = f"{_api(reply.account_key, reply.settings)}/repos/{owner}/{name}/issues/{number}/comments"
+    body = {"body": reply.text + reply_marker(reply.reply_id)}
+    resp = await reply.http.request("POST", url, headers=_headers(reply.secret), json_body=body)
     if resp.status != 201:
         return _failure(resp)
-    comment = outbound.json_dict(resp)
+    comment = json_dict(resp)
     return PostResult(
         state="sent",
-        object_id=outbound.int_id(comment.get("id")),
-        permalink=outbound.https_link(comment.get("html_url")),
+        object_id=int_id(comment.get("id")),
+        permalink=https_link(comment.get("html_url")),
     )
 
 
 def _instance_of(address: Address) -> str | None:
     host = address.fields.get("host")
-    if address.provider != KIND or not isinstance(host, str):
+    if not isinstance(host, str):
         return None
     try:
-        return outbound.normalize_host(host)
+        return normalize_host(host)
     except ValueError:
         return None
 
 
+# ---------------------------------------------------------------------------------------------
+# The kinds. GitHub's token formats (ghp_, github_pat_, …) are in the core's secret-scan rules.
+
+SOURCE = SourceKind(
+    KIND,
+    secret="minted",
+    verify=verify,
+    derive_address=derive_address,
+    echo_clues=echo_clues,
+    description="GitHub repository or organisation webhooks.",
+)
+
 CONNECTION = ConnectionKind(
     name=KIND,
-    normalize_account_key=outbound.normalize_host,
-    account_matches=lambda key, address: address.provider == KIND and address.fields.get("host") == key,
+    normalize_account_key=normalize_host,
+    account_matches=lambda key, address: address.fields.get("host") == key,
     target_of=lambda address: str(address.fields.get("repo", "")),
     text_limit=TEXT_LIMIT,
     test=_test,
+    post=post,
     default_account_key=SAAS_HOST,
     description="A GitHub or GitHub Enterprise Server token (account key: the forge host).",
+    account_key_hint="the forge host (github.com when empty)",
     instance_of=_instance_of,
+    settings=(API_URL,),
 )
 
 
 @hookimpl
-def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
-    return _post(post) if post.kind == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)
+    register(CONNECTION)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from switchboard.services import Services
-from switchboard.testing import counts, github_headers, make_webhook, post, todo
+from switchboard.testing import Services, counts, github_headers, make_webhook, post, todo
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "github"
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 import switchboard_github as github
 
-from switchboard.provider import Address, Delivery, EchoClues, Verdict, reply_marker
+from switchboard.sdk import Address, Delivery, EchoClues, reply_marker
 from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "github"
@@ -41,15 +41,6 @@ def test_githubs_published_test_vector_verifies() -> None:
     assert verdict is not None and verdict.ok is False and verdict.error == "invalid_body"
     wrong = Delivery("github", delivery.headers, b"Hello, World?", delivery.received_at, delivery.secret)
     assert github.verify(wrong).error == "signature_invalid"
-
-
-def test_other_sources_are_not_answered() -> None:
-    delivery = _delivery(b"{}", "issues")
-    other = Delivery("gitea", delivery.headers, delivery.body, delivery.received_at, SECRET)
-    verdict = Verdict(ok=True, detail="", payload={}, event="issues.opened")
-    assert github.verify(other) is None
-    assert github.derive_address(other, verdict) is None
-    assert github.is_echo(other, verdict) is None
 
 
 @pytest.mark.parametrize(
@@ -137,7 +128,7 @@ def test_echo_clues_of_a_comment() -> None:
     payload["comment"]["body"] = "Done." + reply_marker("rp_01jdq9a0b1c2d3e4f5g6h7j8k9")
     body = json.dumps(payload).encode()
     delivery = _delivery(body, "issue_comment")
-    clues = github.is_echo(delivery, github.verify(delivery))
+    clues = github.echo_clues(delivery, github.verify(delivery))
     assert clues == EchoClues(object_ids=("492700400",), marker="rp_01jdq9a0b1c2d3e4f5g6h7j8k9")
     issue = _delivery(_fixture("issues/opened.payload"), "issues")
-    assert github.is_echo(issue, github.verify(issue)) == EchoClues()
+    assert github.echo_clues(issue, github.verify(issue)) == EchoClues()

@@ -9,12 +9,10 @@ address; edits, deletions, joins and other housekeeping subtypes are stored as i
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from switchboard import outbound
-from switchboard.hookspecs import hookimpl
-from switchboard.provider import (
+from switchboard.sdk import (
     MARKER_EVENT_TYPE,
     Address,
     CheckResult,
@@ -23,14 +21,21 @@ from switchboard.provider import (
     Delivery,
     EchoClues,
     ErrorClass,
+    OutboundError,
     PostResult,
     ReplyPost,
     SourceKind,
     Verdict,
-    hmac_sha256_hex,
+    api_url_setting,
+    failure,
+    hookimpl,
+    https_link,
+    json_dict,
     json_object,
     one_line,
-    same,
+    retry_after_seconds,
+    signature_matches,
+    timestamp_within,
     valid_slack_id,
     valid_slack_ts,
 )
@@ -59,21 +64,11 @@ HOUSEKEEPING_EVENTS = frozenset(
 )
 
 # ---------------------------------------------------------------------------------------------
-# Inbound: register the source kind, verify, derive the reply address, find echo clues.
+# Inbound: verify, derive the reply address, find echo clues. The core calls these for slack
+# deliveries only.
 
 
-@hookimpl
-def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
-    register(
-        SourceKind(KIND, secret="provider", description="Slack Events API (signing secret from the app).")
-    )
-    register(CONNECTION)
-
-
-@hookimpl
-def verify(delivery: Delivery) -> Verdict | None:
-    if delivery.source != KIND:
-        return None
+def verify(delivery: Delivery) -> Verdict:
     header = delivery.headers.get("X-Slack-Signature", "").strip()
     timestamp = delivery.headers.get("X-Slack-Request-Timestamp", "").strip()
     if not header or not timestamp:
@@ -83,10 +78,10 @@ def verify(delivery: Delivery) -> Verdict | None:
         return Verdict.refuse("X-Slack-Signature malformed")
     if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
         return Verdict.refuse("timestamp malformed")
-    if abs(delivery.received_at.timestamp() - int(timestamp)) > TOLERANCE_SECONDS:
+    if not timestamp_within(timestamp, delivery.received_at, TOLERANCE_SECONDS):
         return Verdict.refuse("timestamp outside the 300 s window")
     base = b"v0:" + timestamp.encode() + b":" + delivery.body
-    if not same(hmac_sha256_hex(delivery.secret or "", base), given):
+    if not signature_matches(header, delivery.secret or "", base, prefix="v0="):
         return Verdict.refuse("signature mismatch")
     payload = json_object(delivery.body)
     if payload is None:
@@ -169,10 +164,7 @@ def _title(kind: str, event: dict[str, Any]) -> str:
     return one_line(f"Slack {kind} {event.get('type') or ''}", 200)
 
 
-@hookimpl
 def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
-    if delivery.source != KIND:
-        return None
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     event = _message(payload)
     if event is None:
@@ -192,10 +184,7 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     )
 
 
-@hookimpl
-def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
-    if delivery.source != KIND:
-        return None
+def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
     event = payload.get("event")
     if not isinstance(event, dict):
@@ -221,6 +210,12 @@ def is_echo(delivery: Delivery, verdict: Verdict) -> EchoClues | None:
 
 TEXT_LIMIT = 40_000
 SLACK_API = "https://slack.com/api"
+API_URL = api_url_setting(
+    KIND,
+    SLACK_API,
+    "The Slack Web API base (tests and proxies); method names are appended ({base}/chat.postMessage), "
+    "so include the path.",
+)
 ERROR_CODE_RE = re.compile(r"[a-z0-9_]{1,60}")
 ERROR_CLASSES = {
     "auth": {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"},
@@ -239,8 +234,8 @@ ERROR_CLASSES = {
 }
 
 
-def _api(overrides: Mapping[str, str]) -> str:
-    return overrides.get(KIND) or SLACK_API
+def _api(settings: Mapping[str, str]) -> str:
+    return settings.get(API_URL.name) or SLACK_API
 
 
 def _headers(secret: str) -> dict[str, str]:
@@ -264,12 +259,12 @@ def _normalize_team(value: str) -> str:
 
 async def _test(check: ConnectionCheck) -> CheckResult:
     resp = await check.http.request(
-        "POST", f"{_api(check.api_overrides)}/auth.test", headers=_headers(check.secret)
+        "POST", f"{_api(check.settings)}/auth.test", headers=_headers(check.secret)
     )
     if resp.status != 200:
         detail = f"auth.test answered HTTP {resp.status}"
-        return CheckResult(ok=False, error_class=outbound.failure(resp).error_class, detail=detail)
-    body = outbound.json_dict(resp)
+        return CheckResult(ok=False, error_class=failure(resp).error_class, detail=detail)
+    body = json_dict(resp)
     if body.get("ok") is not True:
         error_class, code = _slack_error(body)
         return CheckResult(ok=False, error_class=error_class, detail=f"auth.test: {code}")
@@ -280,45 +275,45 @@ async def _test(check: ConnectionCheck) -> CheckResult:
     return CheckResult(ok=True, detail=f"authenticated as bot {facts.get('bot_id', '?')}", facts=facts)
 
 
-async def _permalink(post: ReplyPost, channel: str, ts: str) -> str | None:
+async def _permalink(reply: ReplyPost, channel: str, ts: str) -> str | None:
     """Best effort: the message is posted already, so a failure here only loses the link."""
     try:
-        resp = await post.http.request(
+        resp = await reply.http.request(
             "GET",
-            f"{_api(post.api_overrides)}/chat.getPermalink",
-            headers=_headers(post.secret),
+            f"{_api(reply.settings)}/chat.getPermalink",
+            headers=_headers(reply.secret),
             params={"channel": channel, "message_ts": ts},
         )
-    except outbound.OutboundError:
+    except OutboundError:
         return None
-    body = outbound.json_dict(resp)
-    return outbound.https_link(body.get("permalink")) if resp.status == 200 and body.get("ok") else None
+    body = json_dict(resp)
+    return https_link(body.get("permalink")) if resp.status == 200 and body.get("ok") else None
 
 
-async def _post(post: ReplyPost) -> PostResult:
-    channel = valid_slack_id(post.address.fields.get("channel"))
-    thread_ts = valid_slack_ts(post.address.fields.get("thread_ts"))
+async def post(reply: ReplyPost) -> PostResult:
+    channel = valid_slack_id(reply.address.fields.get("channel"))
+    thread_ts = valid_slack_ts(reply.address.fields.get("thread_ts"))
     if channel is None or thread_ts is None:
         return PostResult(state="failed", error_class="invalid", error_code="bad_address")
     body = {
         "channel": channel,
         "thread_ts": thread_ts,
-        "text": post.text,
+        "text": reply.text,
         # The invisible marker: our own message, delivered back as an event, names its reply.
-        "metadata": {"event_type": MARKER_EVENT_TYPE, "event_payload": {"reply_id": post.reply_id}},
+        "metadata": {"event_type": MARKER_EVENT_TYPE, "event_payload": {"reply_id": reply.reply_id}},
     }
-    url = f"{_api(post.api_overrides)}/chat.postMessage"
-    resp = await post.http.request("POST", url, headers=_headers(post.secret), json_body=body)
+    url = f"{_api(reply.settings)}/chat.postMessage"
+    resp = await reply.http.request("POST", url, headers=_headers(reply.secret), json_body=body)
     if resp.status != 200:
-        return outbound.failure(resp)
-    answer = outbound.json_dict(resp)
+        return failure(resp)
+    answer = json_dict(resp)
     if answer.get("ok") is not True:
         error_class, code = _slack_error(answer)
         return PostResult(
             state="failed",
             error_class=error_class,
             error_code=code,
-            retry_after=outbound.retry_after_seconds(resp.headers) if error_class == "rate_limited" else None,
+            retry_after=retry_after_seconds(resp.headers) if error_class == "rate_limited" else None,
             retryable=error_class == "rate_limited",
         )
     ts = valid_slack_ts(answer.get("ts"))
@@ -326,21 +321,37 @@ async def _post(post: ReplyPost) -> PostResult:
     return PostResult(
         state="sent",
         object_id=f"{posted_in}:{ts}" if ts else None,
-        permalink=await _permalink(post, posted_in, ts) if ts else None,
+        permalink=await _permalink(reply, posted_in, ts) if ts else None,
     )
 
+
+# ---------------------------------------------------------------------------------------------
+# The kinds. Slack's token formats (xoxb-, xoxp-, …) are in the core's secret-scan rules.
+
+SOURCE = SourceKind(
+    KIND,
+    secret="provider",
+    verify=verify,
+    derive_address=derive_address,
+    echo_clues=echo_clues,
+    description="Slack Events API (signing secret from the app).",
+)
 
 CONNECTION = ConnectionKind(
     name=KIND,
     normalize_account_key=_normalize_team,
-    account_matches=lambda key, address: address.provider == KIND and address.fields.get("team_id") == key,
+    account_matches=lambda key, address: address.fields.get("team_id") == key,
     target_of=lambda address: str(address.fields.get("channel", "")),
     text_limit=TEXT_LIMIT,
     test=_test,
+    post=post,
     description="A Slack bot token (xoxb-…) with chat:write (account key: the team id).",
+    account_key_hint="the Slack team id (T0123ABCD)",
+    settings=(API_URL,),
 )
 
 
 @hookimpl
-def post_reply(post: ReplyPost) -> Awaitable[PostResult] | None:
-    return _post(post) if post.kind == KIND else None
+def register_kinds(register: Callable[[SourceKind | ConnectionKind], None]) -> None:
+    register(SOURCE)
+    register(CONNECTION)

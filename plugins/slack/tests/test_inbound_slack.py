@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import switchboard_slack as slack
 
-from switchboard.provider import Delivery, EchoClues
+from switchboard.sdk import Delivery, EchoClues
 from switchboard.testing import hexmac
 
 FIXTURES = Path(__file__).parents[3] / "tests" / "fixtures" / "slack"
@@ -127,7 +127,7 @@ def test_echo_clues_of_a_bot_post() -> None:
     payload["event"]["metadata"]["event_payload"]["reply_id"] = "rp_01jdq9a0b1c2d3e4f5g6h7j8k9"
     body = json.dumps(payload).encode()
     delivery = _delivery(body)
-    assert slack.is_echo(delivery, slack.verify(delivery)) == EchoClues(
+    assert slack.echo_clues(delivery, slack.verify(delivery)) == EchoClues(
         object_ids=("C0456EFGH:1726990500.000600",),
         marker="rp_01jdq9a0b1c2d3e4f5g6h7j8k9",
         bot_id="B0SWITCH1",
@@ -135,4 +135,4 @@ def test_echo_clues_of_a_bot_post() -> None:
     payload["event"]["metadata"]["event_type"] = "something_else"
     body = json.dumps(payload).encode()
     delivery = _delivery(body)
-    assert slack.is_echo(delivery, slack.verify(delivery)).marker is None
+    assert slack.echo_clues(delivery, slack.verify(delivery)).marker is None

@@ -1,0 +1,255 @@
+"""What the loader checks about a registered kind, and the guards the core calls a kind through.
+
+At load (``problem_of``): the kind's name, its secret origin, that each callable is callable and that
+only ``post`` and ``test`` are ``async def`` (an ``async def verify`` would hand the core a coroutine,
+which is neither a verdict nor a refusal), its settings and its secret-scan rules. Each problem is one
+line that says what to change.
+
+At call time (``guarded_source``, ``guarded_connection``): a plain function can still return an
+awaitable, or a value of the wrong type. The kind the core keeps has its callables wrapped so that
+such an answer is a ``ProviderFault`` (a ``TypeError``), handled exactly as if the callable had
+raised (a verifier's fault is a 503, never a verdict), and logged once per callable with the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, ParamSpec, TypeVar, cast
+
+from switchboard.provider import (
+    Address,
+    CheckResult,
+    ConnectionKind,
+    EchoClues,
+    PostResult,
+    Setting,
+    SourceKind,
+    Verdict,
+)
+from switchboard.secretscan import RULES, Rule
+from switchboard.settings import ENV_PREFIX, Settings
+
+log = logging.getLogger("switchboard.plugins")
+
+KIND_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+SETTING_TAIL_RE = re.compile(r"[A-Z0-9][A-Z0-9_]{0,60}")
+SECRET_ORIGINS = ("minted", "provider", "none")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ProviderFault(TypeError):
+    """A provider's callable answered with something the core cannot use. It is the provider's bug,
+    so the core treats it as a raise (a verifier's fault is a 503, never a verdict)."""
+
+
+def role_of(kind: SourceKind | ConnectionKind) -> str:
+    return "source" if isinstance(kind, SourceKind) else "connection"
+
+
+# ---------------------------------------------------------------------------------------------
+# At load
+
+# Which callables answer a value at once (never async) and which may be ``async def``.
+VALUE_CALLABLES = {
+    "source": ("verify", "derive_address", "echo_clues"),
+    "connection": ("normalize_account_key", "account_matches", "target_of", "instance_of"),
+}
+ASYNC_CALLABLES = {"source": (), "connection": ("test", "post")}
+
+
+def is_async(fn: object) -> bool:
+    """``async def`` (or an async generator), also behind ``functools.partial`` or as ``__call__``."""
+    targets = [fn, getattr(fn, "__call__", None)]  # noqa: B004 - the method itself is inspected
+    return any(inspect.iscoroutinefunction(t) or inspect.isasyncgenfunction(t) for t in targets if t)
+
+
+def problem_of(
+    kind: object, taken_settings: Iterable[str] = (), taken_rules: Iterable[str] = ()
+) -> str | None:
+    """Why this registered object cannot be used, as one line with the fix; None when it can."""
+    if not isinstance(kind, SourceKind | ConnectionKind):
+        got = type(kind).__name__
+        return f"register() takes a SourceKind or a ConnectionKind from switchboard.sdk, not {got}"
+    role = role_of(kind)
+    # Read as the plugin made them: a dataclass checks no types, so anything may be there.
+    given: dict[str, Any] = vars(kind)
+    label = f"{'SourceKind' if role == 'source' else 'ConnectionKind'} {given['name']!r}"
+    if not isinstance(given["name"], str) or not KIND_NAME_RE.fullmatch(given["name"]):
+        return (
+            f"{label}: a kind's name is 1-40 lower-case letters, digits and _, starting with a letter "
+            "(it names the SWITCHBOARD_<KIND>_ settings)"
+        )
+    for attr in VALUE_CALLABLES[role]:
+        fn = given[attr]
+        if fn is None and attr == "instance_of":
+            continue
+        if not callable(fn):
+            return f"{label}: {attr} must be a function, not {type(fn).__name__}"
+        if is_async(fn):
+            return (
+                f"{label}: {attr} is async def; make it a plain def that returns its value "
+                "(only a ConnectionKind's post and test may be async)"
+            )
+    for attr in ASYNC_CALLABLES[role]:
+        if not callable(given[attr]):
+            return f"{label}: {attr} must be a function (async def or def)"
+    if not isinstance(given["description"], str):
+        return f"{label}: description must be a string"
+    if isinstance(kind, SourceKind):
+        if kind.secret not in SECRET_ORIGINS:
+            return f"{label}: secret must be one of {', '.join(SECRET_ORIGINS)}, not {kind.secret!r}"
+    else:
+        limit = given["text_limit"]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return f"{label}: text_limit must be a positive integer"
+        if not isinstance(given["account_key_hint"], str):
+            return f"{label}: account_key_hint must be a string"
+        if not isinstance(given["settings"], tuple):
+            return f"{label}: settings must be a tuple of Setting"
+        problem = _settings_problem(label, kind, set(taken_settings))
+        if problem:
+            return problem
+    return _rules_problem(label, kind.secret_rules, set(taken_rules))
+
+
+def _settings_problem(label: str, kind: ConnectionKind, taken: set[str]) -> str | None:
+    prefix = f"{ENV_PREFIX}{kind.name.upper()}_"
+    core = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    declared: tuple[Any, ...] = vars(kind)["settings"]
+    for setting in declared:
+        if not isinstance(setting, Setting):
+            return f"{label}: settings takes Setting objects from switchboard.sdk"
+        given: dict[str, Any] = vars(setting)
+        name = given["name"]
+        if not isinstance(name, str) or not name.startswith(prefix):
+            return f"{label}: setting {name!r} must be named {prefix}…"
+        if not SETTING_TAIL_RE.fullmatch(name.removeprefix(prefix)):
+            return f"{label}: setting {name!r} must be upper-case letters, digits and _"
+        if name in core:
+            return f"{label}: setting {name} is a core setting; choose another name"
+        if name in taken:
+            return f"{label}: setting {name} is declared twice"
+        if not callable(given["check"]) or is_async(given["check"]):
+            return f"{label}: setting {name}'s check must be a plain function"
+        if given["default"] is not None and not isinstance(given["default"], str):
+            return f"{label}: setting {name}'s default must be a string or None"
+        taken.add(name)
+    return None
+
+
+def _rules_problem(label: str, rules: object, taken: set[str]) -> str | None:
+    if not isinstance(rules, tuple):
+        return f"{label}: secret_rules must be a tuple of Rule"
+    core = {rule.id for rule in RULES}
+    for rule in rules:
+        if not isinstance(rule, Rule):
+            return f"{label}: secret_rules takes Rule objects (switchboard.sdk.secret_rule)"
+        rule_id: Any = vars(rule)["id"]
+        if not isinstance(rule_id, str) or not rule_id or rule_id in core or rule_id in taken:
+            return f"{label}: secret rule id {rule.id!r} is empty or already used; give it a unique id"
+        taken.add(rule_id)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# At call time
+
+
+def _discard(value: object) -> None:
+    """Close a coroutine nobody will await, so it is not reported as never awaited."""
+    close = getattr(value, "close", None)
+    if inspect.iscoroutine(value) and callable(close):
+        close()
+
+
+class _Where:
+    """One guarded callable's name for messages, and whether its fault was logged yet."""
+
+    def __init__(self, plugin: str, kind: SourceKind | ConnectionKind, attr: str) -> None:
+        self.text = f"plugin {plugin!r}: {role_of(kind)} kind {kind.name!r}: {attr}"
+        self.logged = False
+
+    def fault(self, problem: str) -> ProviderFault:
+        message = f"{self.text} {problem}"
+        if not self.logged:
+            self.logged = True
+            log.error("%s", message)
+        return ProviderFault(message)
+
+
+def _value_guard(
+    fn: Callable[P, R], where: _Where, expected: tuple[type, ...], truth: bool = False
+) -> Callable[P, R]:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        result: Any = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            _discard(result)
+            raise where.fault("returned an awaitable where a value is due; make it a plain def")
+        if truth:
+            return cast(R, bool(result))
+        if not isinstance(result, expected):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in expected)
+            raise where.fault(f"returned {type(result).__name__}, not {names}")
+        return cast(R, result)
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def _async_guard(
+    fn: Callable[[Any], Awaitable[R]], where: _Where, expected: type
+) -> Callable[[Any], Awaitable[R]]:
+    # Awaited if it is awaitable, taken as it is if not (datasette's await_me_maybe).
+    async def call(arg: Any) -> R:
+        result: Any = fn(arg)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, expected):
+            raise where.fault(f"answered {type(result).__name__}, not {expected.__name__}")
+        return cast(R, result)
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def guarded_source(kind: SourceKind, plugin: str) -> SourceKind:
+    """The kind as the core keeps it: the same object with its callables behind the call-time checks."""
+    return dataclasses.replace(
+        kind,
+        verify=_value_guard(kind.verify, _Where(plugin, kind, "verify"), (Verdict,)),
+        derive_address=_value_guard(
+            kind.derive_address, _Where(plugin, kind, "derive_address"), (Address, type(None))
+        ),
+        echo_clues=_value_guard(kind.echo_clues, _Where(plugin, kind, "echo_clues"), (EchoClues, type(None))),
+    )
+
+
+def guarded_connection(kind: ConnectionKind, plugin: str) -> ConnectionKind:
+    """As ``guarded_source``."""
+    instance_of = kind.instance_of
+    return dataclasses.replace(
+        kind,
+        normalize_account_key=_value_guard(
+            kind.normalize_account_key, _Where(plugin, kind, "normalize_account_key"), (str,)
+        ),
+        account_matches=_value_guard(
+            kind.account_matches, _Where(plugin, kind, "account_matches"), (bool,), truth=True
+        ),
+        target_of=_value_guard(kind.target_of, _Where(plugin, kind, "target_of"), (str,)),
+        instance_of=None
+        if instance_of is None
+        else _value_guard(instance_of, _Where(plugin, kind, "instance_of"), (str, type(None))),
+        test=_async_guard(kind.test, _Where(plugin, kind, "test"), CheckResult),
+        post=_async_guard(kind.post, _Where(plugin, kind, "post"), PostResult),
+    )
+
+
+def original(fn: Callable[..., object]) -> Callable[..., object]:
+    """The provider's own function behind a guard."""
+    return cast(Callable[..., object], getattr(fn, "__wrapped__", fn))
