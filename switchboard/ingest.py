@@ -20,7 +20,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,7 +40,7 @@ from switchboard.ingest_writer import IngestWriter, Result, Rows
 from switchboard.instances import bind_address
 from switchboard.models import Todo
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
-from switchboard.sanitize import clean_line, delivery_key, redact_headers, storable_encoded
+from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
 from switchboard.tenancy import webhook_secret
 from switchboard.todos import new_todo_row
@@ -218,7 +218,7 @@ async def _decide(
         return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
     # 4. The delivery keys (a delivery already stored is found by them when storing).
-    key, secondary = _delivery_keys(verdict, body)
+    key, secondary = _delivery_keys(verdict, delivery, verified)
 
     # 5./6. Housekeeping, the reply address and echo suppression (per target scope).
     disposition, address, minting, withheld = await _disposition(
@@ -383,11 +383,28 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remot
     return verdict
 
 
-def _delivery_keys(verdict: Verdict, body: bytes) -> tuple[str, str | None]:
-    """Step 4: the delivery key (the provider's, else the body's hash) and the optional second key."""
+def _delivery_keys(verdict: Verdict, delivery: Delivery, verified: bool) -> tuple[str, str | None]:
+    """Step 4: the delivery key (the provider's, else the body's hash) and the second key: the
+    provider's (Slack: one message seen as two events), or the body's hash when a verified
+    delivery's key came from a request header.
+
+    A forge (GitHub, Gitea) signs only the body and names the delivery in a header the signature
+    does not cover: a captured body and signature replayed under a fresh delivery id would
+    otherwise be a new delivery. With the body's hash as its second key, it is the duplicate of the
+    first. A redelivery (same id, same body) is a duplicate by either key, as before. Unverified
+    (generic) deliveries may legitimately repeat a body, so they keep to their own key."""
+    body = delivery.body
     key = delivery_key(verdict.delivery_key, body)
-    secondary = delivery_key(verdict.secondary_key, b"") if verdict.secondary_key else None
-    return key, secondary
+    if verdict.secondary_key:
+        return key, delivery_key(verdict.secondary_key, b"")
+    if verified and verdict.delivery_key and _in_a_header(verdict.delivery_key, delivery.headers):
+        return key, body_key(body)
+    return key, None
+
+
+def _in_a_header(value: str, headers: Mapping[str, str]) -> bool:
+    value = value.strip()
+    return any(v.strip() == value for v in headers.values())
 
 
 async def _disposition(

@@ -159,6 +159,11 @@ def _kept_value(name: str, value: str) -> str:
     return REDACTED if _CREDENTIAL_VALUE.match(kept) else kept
 
 
+def body_key(body: bytes) -> str:
+    """The second delivery key of a body whose delivery id travels outside its signature."""
+    return "body-sha256:" + hashlib.sha256(body).hexdigest()
+
+
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The request headers as stored on the event: every name, but only the values of an allowlist
     of transport and delivery-metadata headers; the rest (signatures, credentials, cookies and
