@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from switchboard import api, ingest, mcp, outbound, reply, todos
+from switchboard import api, bodies, ingest, mcp, outbound, reply, reseal, todos
 from switchboard import web as web_ui
 from switchboard.db import is_unavailable
 from switchboard.services import SERVICES, Services, build_services, services_of
@@ -51,11 +51,16 @@ def background_jobs(app: web.Application) -> list[Job]:
     ]
 
 
-async def run_periodically(job: Job) -> None:
-    """Run ``job`` until cancelled. An outage is one warning when it starts and one line when it
-    ends, not a traceback every pass; a bug is logged with its traceback and retried."""
+# On shutdown a pass in progress may finish for this long before it is cancelled.
+STOP_GRACE_SECONDS = 5.0
+
+
+async def run_periodically(job: Job, stop: asyncio.Event | None = None) -> None:
+    """Run ``job`` until cancelled, or until ``stop`` is set (between passes). An outage is one
+    warning when it starts and one line when it ends, not a traceback every pass; a bug is logged
+    with its traceback and retried."""
     database_down = False
-    while True:
+    while stop is None or not stop.is_set():
         try:
             await job.run()
         except asyncio.CancelledError:
@@ -75,16 +80,25 @@ async def run_periodically(job: Job) -> None:
             if database_down:
                 log.info("background task %s: working again", job.name)
             database_down = False
-        await asyncio.sleep(job.interval)
+        if stop is None:
+            await asyncio.sleep(job.interval)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), job.interval)
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
+    stop = asyncio.Event()
     tasks = [
-        asyncio.create_task(run_periodically(job), name=f"switchboard:{job.name}")
+        asyncio.create_task(run_periodically(job, stop), name=f"switchboard:{job.name}")
         for job in background_jobs(app)
     ]
     yield
-    for task in tasks:
+    # Let a pass in progress finish rather than cancel it mid-statement: a cancelled SQLite
+    # statement can leave aiosqlite's close waiting, which held shutdown for 30 s.
+    stop.set()
+    _, late = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
+    for task in late:
         task.cancel()
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
@@ -102,6 +116,25 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await client.close()
         services.outbound = None
     await services.db.dispose()
+
+
+async def _plaintext_warning(app: web.Application) -> None:
+    """One warning at start while secrets stored before the key was configured stay plaintext."""
+    services = app[SERVICES]
+    if not services.vault.has_key:
+        return  # build_services has said that there is no key at all
+    try:
+        count = await reseal.plaintext_count(services)
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        return  # the outage is reported by every surface; the count can wait for the next start
+    if count:
+        log.warning(
+            "%d secret(s) are stored in plaintext from before SWITCHBOARD_SECRET_ENCRYPTION_KEY was "
+            "configured; run `switchboard db reseal` to seal them",
+            count,
+        )
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -162,10 +195,58 @@ async def json_errors(
         return web.json_response({"error": "internal", "message": "internal error"}, status=500)
 
 
+# The API's largest body is a pushed todo, whose payload may be 5 MiB; UI forms are a few fields.
+API_MAX_BODY_BYTES = 5 * bodies.MIB
+UI_MAX_BODY_BYTES = 64 * bodies.KIB
+OTHER_MAX_BODY_BYTES = 64 * bodies.KIB
+
+
+def body_rules() -> tuple[list[bodies.BodyRule], bodies.BodyRule]:
+    """Every surface's body bounds, and the rule for any other path. Built per request from the
+    surfaces' own constants, so a test that shortens one (``ingest.BODY_READ_SECONDS``) is obeyed."""
+    deadline = bodies.DEADLINE_SECONDS
+    return [
+        # Ingest streams its body itself under these same two numbers (see ingest._read_body).
+        bodies.BodyRule("/webhooks/", ingest.MAX_BODY_BYTES, ingest.BODY_READ_SECONDS, read_here=False),
+        bodies.BodyRule(mcp.sessions.PATH, mcp.sessions.MAX_BODY_BYTES, deadline),
+        bodies.BodyRule("/api/", API_MAX_BODY_BYTES, deadline),
+        bodies.BodyRule("/ui", UI_MAX_BODY_BYTES, deadline),
+    ], bodies.BodyRule("", OTHER_MAX_BODY_BYTES, deadline)
+
+
+_BODY_TITLES = {408: "Too slow", 413: "Too large", 400: "Unreadable request"}
+
+
+@web.middleware
+async def bounded_bodies(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The one body rule of the server (``switchboard.bodies``): the size cap from Content-Length
+    first, then the whole body within the deadline, before any handler runs."""
+    rules, default = body_rules()
+    try:
+        request = await bodies.admit(request, bodies.rule_for(request.path, rules, default))
+    except bodies.BodyRefused as exc:
+        log.info("request body refused on %s: %s", request.method, exc.code)
+        response: web.Response
+        if web_ui.is_ui_path(request.path):
+            title = _BODY_TITLES.get(exc.status, "Error")
+            response = web_ui.html.error_page(
+                None, exc.status, exc.message[:1].upper() + exc.message[1:] + ".", title
+            )
+        else:
+            response = web.json_response({"error": exc.code, "message": exc.message}, status=exc.status)
+        # The rest of the body is never read: answer, then close the connection.
+        response.force_close()
+        return response
+    return await handler(request)
+
+
 def make_app(services: Services) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=5 * 1024 * 1024 + 1)
+    app = web.Application(middlewares=[json_errors, bounded_bodies], client_max_size=5 * 1024 * 1024 + 1)
     app[SERVICES] = services
     app.cleanup_ctx.append(_resources)
+    app.on_startup.append(_plaintext_warning)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     ingest.setup(app)

@@ -186,7 +186,8 @@ class McpService:
                 {"error": "payload_too_large", "message": "MCP request bodies are limited to 4 MiB"},
                 status=413,
             )
-        body = await request.content.read(MAX_BODY_BYTES + 1)
+        # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
+        body = await request.read()
         if len(body) > MAX_BODY_BYTES:
             return web.json_response(
                 {"error": "payload_too_large", "message": "MCP request bodies are limited to 4 MiB"},
