@@ -1,22 +1,27 @@
 """The cairn provider for Switchboard: artifact events in, artifact comments out.
 
-Inbound: ``X-Cairn-Signature: sha256=<hex HMAC-SHA256(secret, raw body)>``. The body must carry
-``event_id`` and ``created_at`` (RFC 3339, within ±300 s of arrival, which bounds replays); an
-``X-Cairn-Event-Id`` header, when sent, must equal the body's ``event_id``. Events about an
-artifact (``artifact.*``, and comments on one) get a ``cairn_comment`` reply address.
+Inbound (docs/sources/cairn.md): ``X-Cairn-Signature: sha256=<hex HMAC-SHA256(secret, raw body)>``.
+The body must carry ``event_id`` and ``created_at`` (RFC 3339, within ±300 s of arrival, which bounds
+replays); an ``X-Cairn-Event-Id`` header, when sent, must equal the body's ``event_id``. Cairn's wire
+format puts the event's name in ``kind`` and the artifact in ``data``::
 
-A delivery looks like::
+    {"source": "cairn", "kind": "artifact.created", "event_id": "evt_…",
+     "created_at": "2026-09-11T12:00:00Z",
+     "data": {"id": "a1b2c3", "share_type": "markdown", "title": "Q3 audit notes",
+              "url": "https://cairn.example/a/a1b2c3", "channel": "mcp", "actor_id": "joe"}}
 
-    {"event_id": "evt_…", "type": "artifact.created", "created_at": "2026-11-30T10:00:00Z",
-     "artifact": {"id": "art_…", "title": "…", "url": "https://cairn.example.com/artifacts/art_…"},
-     "comment": {"id": "cmt_…", "body": "…"},          # comment.* events only
-     "actor": {"id": "usr_…", "name": "…"}}
+An artifact event gets a ``cairn_comment`` reply address from ``data.url`` and ``data.id``. Cairn
+does not send comment events yet; when it does, a ``comment.*`` event is read with ``data`` as the
+comment (``id``, ``body``) and its artifact embedded as ``data.artifact`` (``id``, ``url``), which
+gives the address and the echo clues. Bodies in the shape Switchboard 0.1 documented (``type``,
+``artifact``, ``comment``) are still read as before; Cairn itself never sent them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -58,7 +63,11 @@ TOLERANCE_SECONDS = 300
 EVENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 ARTIFACT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 COMMENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+EVENT_KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,40}(?:\.[a-z][a-z0-9_]{0,40}){0,3}")
 HOUSEKEEPING_EVENTS = frozenset({"ping", "webhook.test"})
+# An artifact's own path after the instance base: Cairn's share links (``/a/{id}``), and the
+# ``/artifacts/{id}`` form of its API and of Switchboard 0.1's reading.
+ARTIFACT_PATHS = ("/a/{id}", "/artifacts/{id}")
 
 # ---------------------------------------------------------------------------------------------
 # Inbound: verify, derive the reply address, find echo clues. The core calls these for cairn
@@ -88,46 +97,86 @@ def verify(delivery: Delivery) -> Verdict:
     header_id = delivery.headers.get("X-Cairn-Event-Id")
     if header_id is not None and not same(header_id.strip(), event_id):
         return Verdict.refuse("X-Cairn-Event-Id does not match the body's event_id")
-    event = payload.get("type")
-    if not isinstance(event, str):
-        event = "unknown"
+    # Signed with this webhook's secret but sent by another product's hook: not a Cairn event.
+    if "source" in payload and payload["source"] != KIND:
+        return Verdict.bad_body("source is not cairn")
+    event = read(payload)
     return Verdict(
         ok=True,
         detail="sha256 signature ok",
         payload=payload,
-        event=one_line(event, 100),
+        event=event.kind,
         delivery_key=event_id,
-        title=_title(event, payload),
-        ignore=event in HOUSEKEEPING_EVENTS,
+        title=event.title(),
+        ignore=event.kind in HOUSEKEEPING_EVENTS,
     )
 
 
-def _title(event: str, payload: dict[str, Any]) -> str:
-    artifact = payload.get("artifact")
-    if not isinstance(artifact, dict):
-        artifact = {}
-    name = artifact.get("title")
-    if not isinstance(name, str):
-        name = ""
-    ident = artifact.get("id")
-    if not isinstance(ident, str):
-        ident = "?"
-    return one_line(f"Cairn {event} on {one_line(ident, 60)} — {one_line(name, 100)}", 200)
+@dataclass(frozen=True)
+class Event:
+    """A verified body as this module reads it: the event's name, the artifact it is about and, for
+    a comment event, the comment. ``legacy``: the body has Switchboard 0.1's shape."""
+
+    kind: str
+    artifact: dict[str, Any]
+    comment: dict[str, Any] | None = None
+    legacy: bool = False
+
+    def title(self) -> str:
+        name = self.artifact.get("title")
+        name = one_line(name, 120) if isinstance(name, str) else ""
+        if self.legacy:
+            ident = self.artifact.get("id")
+            ident = one_line(ident, 60) if isinstance(ident, str) else "?"
+            return one_line(f"Cairn {self.kind} on {ident} — {name}", 200)
+        # As Cairn's own summary reads: ``cairn artifact.created — <title> (<share_type>)``.
+        share = self.artifact.get("share_type")
+        share = one_line(share, 40) if isinstance(share, str) else ""
+        if not name:
+            return f"cairn {self.kind}"
+        return one_line(
+            f"cairn {self.kind} — {name} ({share})" if share else f"cairn {self.kind} — {name}", 200
+        )
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _kind(value: object) -> str:
+    return value if isinstance(value, str) and EVENT_KIND_RE.fullmatch(value) else "unknown"
+
+
+def read(payload: dict[str, Any]) -> Event:
+    """The event in ``payload``: Cairn's wire format (``kind`` and ``data``) or 0.1's shape."""
+    if "kind" in payload or "data" in payload:
+        kind, data = _kind(payload.get("kind")), _dict(payload.get("data"))
+        if kind.startswith("comment."):
+            return Event(kind, _dict(data.get("artifact")), data)
+        return Event(kind, data)
+    comment = payload.get("comment")
+    return Event(
+        _kind(payload.get("type")),
+        _dict(payload.get("artifact")),
+        comment if isinstance(comment, dict) else None,
+        legacy=True,
+    )
 
 
 def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
-    artifact = payload.get("artifact")
-    if not isinstance(artifact, dict):
+    artifact = read(payload).artifact
+    artifact_id, url = artifact.get("id"), artifact.get("url")
+    if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id):
         return None
-    artifact_id = artifact.get("id")
-    origin = origin_of(artifact.get("url"))
-    if not isinstance(artifact_id, str) or not ARTIFACT_ID_RE.fullmatch(artifact_id) or origin is None:
-        return None
-    # The instance base: the artifact URL before its own path. A Cairn may run under a path of a
-    # shared host, so the base (not the host) is what a connection must match.
-    base = instance_base(artifact.get("url"), f"/artifacts/{artifact_id}", schemes=("https", "http"))
-    if base is None:
+    origin = origin_of(url)
+    # The instance base: the artifact URL before the artifact's own path. A Cairn may run under a
+    # path of a shared host, so the base (not the host) is what a connection must match.
+    bases = (
+        instance_base(url, path.format(id=artifact_id), schemes=("https", "http")) for path in ARTIFACT_PATHS
+    )
+    base = next((b for b in bases if b is not None), None)
+    if origin is None or base is None:
         return None
     scheme, host = origin
     return Address(
@@ -140,8 +189,8 @@ def derive_address(delivery: Delivery, verdict: Verdict) -> Address | None:
 
 def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     payload = verdict.payload if isinstance(verdict.payload, dict) else {}
-    comment = payload.get("comment")
-    if not isinstance(comment, dict):
+    comment = read(payload).comment
+    if comment is None:
         return EchoClues()
     comment_id = comment.get("id")
     return EchoClues(
