@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,7 @@ from switchboard.services import Services, services_of
 from switchboard.tenancy import webhook_secret
 from switchboard.todos import new_todo_row
 from switchboard.vault import VaultError
+from switchboard.webhook_ops import PAUSED_RETRY_AFTER, previous_secret
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -333,6 +334,10 @@ def _source_kind(services: Services, config: WebhookConfig) -> SourceKind:
         )
     if webhook.secret_state == "awaiting":
         raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
+    if webhook.paused_at is not None:
+        # Paused by its owner: nothing is stored; a provider that retries delivers after the resume.
+        retry = {"Retry-After": str(PAUSED_RETRY_AFTER)}
+        raise Refusal(503, "paused", "this webhook is paused by its owner; retry later", headers=retry)
     return kind
 
 
@@ -365,6 +370,12 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remot
     source, webhook_id = delivery.source, config.id
     try:
         verdict = services.providers.source(delivery.source).verify(delivery)
+        # Within a rotation's overlap the secret it replaced still verifies (webhook_ops).
+        overlap = not verdict.ok and delivery.secret is not None
+        old = previous_secret(services.vault, config.webhook) if overlap else None
+        if old is not None:
+            retried = services.providers.source(delivery.source).verify(replace(delivery, secret=old))
+            verdict = retried if retried.ok else verdict
     except Exception as exc:
         log.error("webhook %s: the %s verifier raised %s", webhook_id, source, type(exc).__name__)
         raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None

@@ -142,6 +142,16 @@ class Webhook(Base):
     # ``https://git.example.com/gitea``): pinned at create, or bound by the first verified delivery
     # with a reply address. A later delivery naming another instance gets no reply address.
     instance: Mapped[str | None] = mapped_column(String(300))
+    # What the operator calls it and why it exists (shown on the webhooks page; never a secret).
+    name: Mapped[str | None] = mapped_column(String(100))
+    description: Mapped[str | None] = mapped_column(String(500))
+    # Set while its owner has paused it: ingest answers 503 with Retry-After and stores nothing.
+    paused_at: Mapped[datetime | None]
+    # The secret a rotation replaced, still accepted until ``previous_secret_expires_at`` so the
+    # provider can be updated without lost deliveries (same vault envelope as the current one).
+    previous_secret_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary)
+    previous_secret_key_id: Mapped[str | None] = mapped_column(String(40))
+    previous_secret_expires_at: Mapped[datetime | None]
 
 
 class Route(Base):
@@ -389,3 +399,6 @@ class WebSession(Base):
     # A rotated token waiting for its one showing, sealed under a key derived from this session's
     # cookie (which is not stored), so the database alone cannot open it; cleared when shown.
     reveal: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The notice a redirect carries to the next page this session shows (a fixed key such as
+    # ``webhook_deleted``), taken off the row by that page: a notice only after the action happened.
+    flash: Mapped[str | None] = mapped_column(String(40))

@@ -11,14 +11,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, utcnow
-from switchboard.errors import conflict, invalid, not_found
+from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
-from switchboard.models import Human, Membership, Team
+from switchboard.models import Connection, Endpoint, Human, Membership, Team
 
 HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 ROLES = ("owner", "admin", "member")
@@ -191,6 +191,53 @@ async def remove_member(db: Database, slug: str, handle: str) -> None:
         if row.role == "owner":
             await _keep_an_owner(s, team.id, human.id)
         await s.delete(row)
+
+
+async def delete_team(db: Database, slug: str, *, human_id: str | None = None) -> Team:
+    """Delete a team that owns nothing: its memberships go with it. A human must be one of its
+    owners (a member or admin is refused); the instance operator passes no human. Refused, saying
+    what, while any endpoint (revoked ones too: they keep the history of the team's todos) or
+    connection still belongs to it."""
+    async with db.write() as s:
+        team = await _team(s, slug)
+        if human_id is not None:
+            role = await role_in(s, human_id, team.id)
+            if role is None:
+                raise not_found(f"team {slug!r}")
+            if role != "owner":
+                raise SwitchboardError("forbidden", f"only an owner of team {slug!r} may delete it")
+        endpoints = (
+            await s.execute(
+                select(Endpoint.slug, Endpoint.state)
+                .where(Endpoint.owner_team_id == team.id)
+                .order_by(Endpoint.slug)
+            )
+        ).all()
+        connections = list(
+            (await s.scalars(select(Connection.name).where(Connection.owner_team_id == team.id))).all()
+        )
+        if endpoints or connections:
+            held = []
+            live = [e for e, state in endpoints if state == "active"]
+            if live:
+                held.append(f"{len(live)} active endpoint(s) ({_some(live)}): revoke them first")
+            if len(live) < len(endpoints):
+                held.append(
+                    f"{len(endpoints) - len(live)} revoked endpoint(s), kept as the history of its todos"
+                )
+            if connections:
+                held.append(
+                    f"{len(connections)} connection(s) ({_some(sorted(connections))}): delete them first"
+                )
+            raise conflict(f"team {slug!r} still owns {'; '.join(held)}")
+        # Memberships cascade in the schema; said here too so no engine setting decides it.
+        await s.execute(delete(Membership).where(Membership.team_id == team.id))
+        await s.delete(team)
+    return team
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 async def _keep_an_owner(s: AsyncSession, team_id: str, leaving: str) -> None:

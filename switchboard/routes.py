@@ -81,6 +81,13 @@ async def list_routes(
         return await _rows(s, *conditions)
 
 
+async def route_by_id(db: Database, route_id: str) -> RouteRow | None:
+    """One route by its id, with both ends (the caller decides who may see it)."""
+    async with db.read() as s:
+        rows = await _rows(s, Route.id == route_id)
+    return rows[0] if rows else None
+
+
 def route_view(row: RouteRow, *, show_source: bool) -> dict[str, Any]:
     """A route as the surfaces show it. Without ``show_source`` (the viewer cannot see the webhook's
     scope) nothing of the webhook's side is in it: only what the target side already has — the

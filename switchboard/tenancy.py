@@ -69,6 +69,7 @@ __all__ = [
     "can_manage",
     "can_see",
     "check_handle",
+    "check_label",
     "check_queue",
     "create_webhook",
     "delete_webhook",
@@ -327,6 +328,32 @@ def _mint_secret() -> str:
     return new_token("whsec", 24)
 
 
+# The default of SWITCHBOARD_SECRET_OVERLAP_SECONDS (the surfaces pass the configured value).
+SECRET_OVERLAP_SECONDS = 24 * 3600
+WEBHOOK_NAME_MAX, WEBHOOK_DESCRIPTION_MAX = 100, 500
+
+
+def check_label(value: str | None, what: str, limit: int) -> str | None:
+    """A webhook's name or description: one line of printable text, at most ``limit`` characters
+    (refused beyond, never cut); empty is none."""
+    text = (value or "").strip()
+    if len(text) > limit:
+        raise invalid(f"the {what} is longer than {limit} characters")
+    if not text.isprintable():
+        raise invalid(f"the {what} must be one line of printable text")
+    return text or None
+
+
+def _retire_secret(webhook: Webhook, overlap_seconds: int) -> None:
+    """Before a new secret replaces the current one: keep the current one, still accepted for
+    ``overlap_seconds`` (``webhook_ops.previous_secret``), so the provider can be updated without
+    lost deliveries. With no overlap, or no secret yet, nothing is kept."""
+    keep = overlap_seconds > 0 and webhook.secret_state == "set" and webhook.secret_ciphertext is not None
+    webhook.previous_secret_ciphertext = webhook.secret_ciphertext if keep else None
+    webhook.previous_secret_key_id = webhook.secret_key_id if keep else None
+    webhook.previous_secret_expires_at = utcnow() + timedelta(seconds=overlap_seconds) if keep else None
+
+
 async def create_webhook(
     db: Database,
     vault: Vault,
@@ -336,6 +363,8 @@ async def create_webhook(
     source: str,
     queue: str | None = None,
     instance: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
 ) -> NewWebhook:
     """``instance`` pins the webhook to the instance it serves (``ghes.example.com``,
     ``https://git.example.com/gitea``); left out, its first verified delivery with a reply address
@@ -347,6 +376,8 @@ async def create_webhook(
             f"unknown source kind {source!r} (known: {', '.join(sorted(providers.sources))})"
         ) from None
     pinned = normalize_instance(providers, source, instance) if instance is not None else None
+    name = check_label(name, "name", WEBHOOK_NAME_MAX)
+    description = check_label(description, "description", WEBHOOK_DESCRIPTION_MAX)
     ingest_token = new_token("wh", 24)
     async with changing(db) as s:
         endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
@@ -369,6 +400,8 @@ async def create_webhook(
             secret_state={"minted": "set", "provider": "awaiting", "none": "none"}[kind.secret],
             created_at=utcnow(),
             instance=pinned,
+            name=name,
+            description=description,
         )
         secret = _mint_secret() if kind.secret == "minted" else None
         if secret is not None:
@@ -391,8 +424,16 @@ async def get_webhook(db: Database, webhook_id: str) -> Webhook:
         return await _webhook(s, webhook_id)
 
 
-async def rotate_webhook_secret(db: Database, vault: Vault, providers: Providers, webhook_id: str) -> str:
-    """Mint a new signing secret (minted kinds only); returns it, shown once."""
+async def rotate_webhook_secret(
+    db: Database,
+    vault: Vault,
+    providers: Providers,
+    webhook_id: str,
+    *,
+    overlap_seconds: int = SECRET_OVERLAP_SECONDS,
+) -> str:
+    """Mint a new signing secret (minted kinds only); returns it, shown once. The old one still
+    verifies for ``overlap_seconds``."""
     async with changing(db) as s:
         webhook = await _webhook(s, webhook_id)
         kind = providers.sources.get(webhook.source)
@@ -402,6 +443,7 @@ async def rotate_webhook_secret(db: Database, vault: Vault, providers: Providers
                 f"({'use set-secret' if kind and kind.secret == 'provider' else 'it has none'})"
             )
         secret = _mint_secret()
+        _retire_secret(webhook, overlap_seconds)
         webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(
             secret, binding("webhooks", "secret", webhook.id), allow_plaintext=True
         )
@@ -410,8 +452,15 @@ async def rotate_webhook_secret(db: Database, vault: Vault, providers: Providers
 
 
 async def set_webhook_secret(
-    db: Database, vault: Vault, providers: Providers, webhook_id: str, secret: str
+    db: Database,
+    vault: Vault,
+    providers: Providers,
+    webhook_id: str,
+    secret: str,
+    *,
+    overlap_seconds: int = SECRET_OVERLAP_SECONDS,
 ) -> Webhook:
+    """Set (or replace) a provider-issued secret; a replaced one still verifies for ``overlap_seconds``."""
     secret = secret.strip()
     if not secret or len(secret) > 512 or not secret.isprintable() or any(c.isspace() for c in secret):
         raise invalid("the secret must be 1 to 512 printable characters with no spaces")
@@ -423,6 +472,7 @@ async def set_webhook_secret(
                 f"a {webhook.source} webhook's secret is not set by hand "
                 f"({'use rotate' if kind and kind.secret == 'minted' else 'it has none'})"
             )
+        _retire_secret(webhook, overlap_seconds)
         webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(
             secret, binding("webhooks", "secret", webhook.id), allow_plaintext=True
         )
@@ -491,6 +541,15 @@ def webhook_view(webhook: Webhook, endpoint_slug: str, routes: list[str] | None 
         "routes": routes or [],
         "created_at": webhook.created_at,
         "secret_rotated_at": webhook.secret_rotated_at,
+        "name": webhook.name,
+        "description": webhook.description,
+        # Paused: ingest answers 503 with Retry-After and stores nothing until it is resumed.
+        "paused": webhook.paused_at is not None,
+        "paused_at": webhook.paused_at,
+        # Until then the secret a rotation replaced still verifies (null: none does).
+        "previous_secret_expires_at": webhook.previous_secret_expires_at
+        if webhook.previous_secret_expires_at is not None and webhook.previous_secret_expires_at > utcnow()
+        else None,
     }
 
 

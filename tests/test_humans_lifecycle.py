@@ -558,7 +558,7 @@ async def test_the_account_page_rotates_with_a_reveal_a_reload_cannot_repeat(
 async def test_a_reveal_opens_only_with_its_own_session_and_only_for_a_while(
     cli: Cli, browsers: list[Browser], services: Services
 ) -> None:
-    from switchboard.web import account
+    from switchboard.web import once
 
     old = (await cli.ok("human", "add", "alice"))["token"]
     here = browsers[0]
@@ -569,17 +569,19 @@ async def test_a_reveal_opens_only_with_its_own_session_and_only_for_a_while(
         row = (await s.scalars(select(WebSession))).one()
     assert row.reveal is not None
     cookie = next(c.value for c in here.http.cookie_jar if c.key == "sb_session")
-    assert account.unseal("sbw_another-cookie", row.id_hash, row.reveal) is None
-    assert account.unseal(cookie, "0" * 64, row.reveal) is None
-    token = account.unseal(cookie, row.id_hash, row.reveal)
-    assert token is not None and SBO_RE.fullmatch(token)
-    stale = account.seal(cookie, row.id_hash, token)
-    real_now = account.utcnow
+    assert once.unseal("sbw_another-cookie", row.id_hash, row.reveal) is None
+    assert once.unseal(cookie, "0" * 64, row.reveal) is None
+    opened = once.unseal(cookie, row.id_hash, row.reveal)
+    assert opened is not None and opened[0] == "token"
+    token = opened[1]["token"]
+    assert SBO_RE.fullmatch(token)
+    stale = once.seal(cookie, row.id_hash, "token", {"token": token})
+    real_now = once.utcnow
     try:
-        account.utcnow = lambda: real_now() + account.REVEAL_TTL  # type: ignore[assignment]
-        assert account.unseal(cookie, row.id_hash, stale) is None
+        once.utcnow = lambda: real_now() + once.REVEAL_TTL  # type: ignore[assignment]
+        assert once.unseal(cookie, row.id_hash, stale) is None
     finally:
-        account.utcnow = real_now  # type: ignore[assignment]
+        once.utcnow = real_now  # type: ignore[assignment]
 
 
 async def test_sessions_are_ended_one_by_one_or_all_others_from_the_account_page(
@@ -603,20 +605,27 @@ async def test_sessions_are_ended_one_by_one_or_all_others_from_the_account_page
         resp, _ = await here.post(f"/ui/account/sessions/{refs['bob/1']}/end")
         assert resp.status == 404 and await bob.logged_in()
 
+        # Ending one asks first: without the confirmation page's yes nothing ends.
         resp, _ = await here.post(f"/ui/account/sessions/{refs[hostile]}/end")
-        assert resp.status == 303 and resp.headers["Location"] == "/ui/account?done=session_ended"
-        assert not await other.logged_in() and await third.logged_in() and await here.logged_in()
-        _, page = await here.request("GET", "/ui/account?done=session_ended")
+        assert resp.status == 303 and resp.headers["Location"] == f"/ui/account/sessions/{refs[hostile]}/end"
+        _, page = await here.request("GET", resp.headers["Location"])
+        assert "End this session?" in page and "<script>" not in page and await other.logged_in()
+        resp, _ = await here.post(f"/ui/account/sessions/{refs[hostile]}/end", {"confirm": "yes"})
+        assert resp.status == 303 and resp.headers["Location"] == "/ui/account"
+        _, page = await here.request("GET", "/ui/account")
         assert "Session ended" in page
+        _, page = await here.request("GET", "/ui/account")
+        assert "Session ended" not in page  # a notice is shown once
+        assert not await other.logged_in() and await third.logged_in() and await here.logged_in()
 
-        resp, _ = await here.post("/ui/account/sessions/end-others")
+        resp, _ = await here.post("/ui/account/sessions/end-others", {"confirm": "yes"})
         assert resp.status == 303
         assert not await third.logged_in() and await here.logged_in() and await bob.logged_in()
         _, page = await here.request("GET", "/ui/account")
         assert "End all other sessions" not in page
 
         # Ending one's own session by hand is logging out.
-        resp, _ = await here.post(f"/ui/account/sessions/{refs['mine/1']}/end")
+        resp, _ = await here.post(f"/ui/account/sessions/{refs['mine/1']}/end", {"confirm": "yes"})
         assert resp.status == 303 and resp.headers["Location"].startswith("/ui/login")
         assert not await here.logged_in()
     finally:

@@ -368,9 +368,16 @@ async def test_the_webhooks_page_shows_routes_in_and_the_target_admin_withdraws(
     resp, _ = await alice.request("POST", f"/ui/routes/{world.route_id}/remove")
     assert resp.status == 403 and await routes_left(services) == 1
 
+    # Withdrawing asks first: a POST without the confirmation page's yes leads there.
     resp, _ = await alice.request("POST", f"/ui/routes/{world.route_id}/remove", {"csrf": alice.csrf})
-    assert resp.status == 303 and resp.headers["Location"] == "/ui/webhooks?done=route_removed"
-    _, page = await alice.request("GET", "/ui/webhooks?done=route_removed")
+    assert resp.status == 303 and resp.headers["Location"] == f"/ui/routes/{world.route_id}/remove"
+    _, page = await alice.request("GET", resp.headers["Location"])
+    assert "Withdraw this route?" in page and leaks(world, page) == [] and await routes_left(services) == 1
+    resp, _ = await alice.request(
+        "POST", f"/ui/routes/{world.route_id}/remove", {"csrf": alice.csrf, "confirm": "yes"}
+    )
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/webhooks"
+    _, page = await alice.request("GET", "/ui/webhooks")
     assert "Route removed." in page and world.route_id not in page
     assert await routes_left(services) == 0
 

@@ -58,12 +58,29 @@ class Browser:
         return await self.request("GET", path, **kwargs)
 
     async def post(
-        self, path: str, data: dict[str, str] | None = None, *, csrf: bool = True, **kwargs: Any
+        self,
+        path: str,
+        data: dict[str, str] | None = None,
+        *,
+        csrf: bool = True,
+        confirm: bool = False,
+        **kwargs: Any,
     ) -> tuple[aiohttp.ClientResponse, str]:
+        """A form POST; ``confirm`` sends what a destructive action's confirmation page sends."""
         data = dict(data or {})
         if csrf:
             data.setdefault("csrf", self.csrf)
+        if confirm:
+            data.setdefault("confirm", "yes")
         return await self.request("POST", path, data=data, **kwargs)
+
+    async def post_reveal(
+        self, path: str, data: dict[str, str] | None = None, **kwargs: Any
+    ) -> tuple[aiohttp.ClientResponse, str]:
+        """A POST that makes a secret: it answers 303, and the page it leads to shows the secret."""
+        resp, _ = await self.post(path, data, **kwargs)
+        assert resp.status == 303, (path, resp.status)
+        return await self.get(resp.headers["Location"])
 
     async def login(self, token: str) -> aiohttp.ClientResponse:
         resp, text = await self.get("/ui/login")
@@ -153,7 +170,7 @@ async def test_login_sets_a_hashed_httponly_strict_session_and_logout_ends_it(
     token = await human(db, "ada")
 
     resp, _ = await browser.get("/ui")
-    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login?next=/ui"
     resp, _ = await browser.get("/")
     assert resp.status == 302 and resp.headers["Location"] == "/ui"
 
@@ -178,8 +195,12 @@ async def test_login_sets_a_hashed_httponly_strict_session_and_logout_ends_it(
     assert resp.status == 303 and resp.headers["Location"].startswith("/ui/login")
     async with db.read() as s:
         assert await s.scalar(select(func.count()).select_from(WebSession)) == 0
+    resp, text = await browser.get("/ui/login")
+    assert "You are logged out." in text  # once, after logging out
+    resp, text = await browser.get("/ui/login")
+    assert "You are logged out." not in text
     resp, _ = await browser.get("/ui")
-    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login?next=/ui"
 
     # The old cookie value, replayed by hand, is dead too.
     async with (
@@ -279,8 +300,8 @@ async def test_every_page_has_the_strict_headers_and_no_script(browser: Browser,
         resp, text = await browser.get(path)
         assert resp.status == 404 and "text/html" in resp.headers["Content-Type"]
         assert_ui_headers(resp)
-    resp, _ = await browser.post("/ui/endpoints", {"name": "bot", "owner": "me", "queues": "default"})
-    assert resp.status == 201
+    resp, _ = await browser.post_reveal("/ui/endpoints", {"name": "bot", "owner": "me", "queues": "default"})
+    assert resp.status == 200
     assert_ui_headers(resp)
     resp, text = await browser.get("/ui/static/app.css")
     assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/css") and "body" in text
@@ -375,11 +396,14 @@ async def test_endpoint_token_is_revealed_once_and_never_again(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     await browser.login(await human(db, "ada"))
-    resp, text = await browser.post(
+    resp, text = await browser.post_reveal(
         "/ui/endpoints", {"name": "Triage bot", "owner": "me", "queues": "triage, ops", "reply": "on"}
     )
-    assert resp.status == 201
+    assert resp.status == 200
     assert resp.headers["Cache-Control"] == "no-store"
+    # A reload shows nothing, and vends nothing.
+    again, gone = await browser.get("/ui/endpoints/token")
+    assert again.status == 410 and not SBK_RE.search(gone)
     tokens = set(SBK_RE.findall(text))
     assert len(tokens) == 1
     token = tokens.pop()
@@ -424,9 +448,15 @@ async def test_bad_vend_input_comes_back_with_a_message_and_creates_nothing(
 
 async def test_revoke_from_the_endpoints_page(browser: Browser, db: Any) -> None:
     await browser.login(await human(db, "ada"))
-    resp, text = await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
+    resp, text = await browser.post_reveal("/ui/endpoints", {"name": "bot", "owner": "me"})
     token = SBK_RE.search(text).group(0)  # type: ignore[union-attr]
+    # Without the confirmation page's yes, the POST leads there and changes nothing.
     resp, _ = await browser.post("/ui/endpoints/bot/revoke")
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/endpoints/bot/revoke"
+    assert await tenancy.endpoint_by_token(db, token) is not None
+    resp, text = await browser.get("/ui/endpoints/bot/revoke")
+    assert resp.status == 200 and "Revoke endpoint bot?" in text and 'name="confirm" value="yes"' in text
+    resp, _ = await browser.post("/ui/endpoints/bot/revoke", confirm=True)
     assert resp.status == 303
     assert await tenancy.endpoint_by_token(db, token) is None
     resp, text = await browser.get(resp.headers["Location"])
@@ -445,8 +475,8 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
     await browser.post("/ui/endpoints", {"name": "helper", "owner": "me"})
 
-    resp, text = await browser.post("/ui/webhooks", {"endpoint": "bot", "source": "github"})
-    assert resp.status == 201 and resp.headers["Cache-Control"] == "no-store"
+    resp, text = await browser.post_reveal("/ui/webhooks", {"endpoint": "bot", "source": "github"})
+    assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
     secret = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
     ingest = INGEST_RE.search(text).group(1)  # type: ignore[union-attr]
     async with db.read() as s:
@@ -459,13 +489,13 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(
     resp, text = await browser.get("/ui/webhooks")
     assert "helper" in text and webhook.ingest_token_display in text
 
-    resp, text = await browser.post(f"/ui/webhooks/{webhook.id}/rotate")
-    assert resp.status == 201
+    resp, text = await browser.post_reveal(f"/ui/webhooks/{webhook.id}/rotate", confirm=True)
+    assert resp.status == 200
     rotated = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
     assert rotated != secret
 
-    resp, text = await browser.post("/ui/webhooks", {"endpoint": "bot", "source": "slack"})
-    assert resp.status == 201 and "issued by the provider" in text
+    resp, text = await browser.post_reveal("/ui/webhooks", {"endpoint": "bot", "source": "slack"})
+    assert resp.status == 200 and "issued by the provider" in text
     assert WHSEC_RE.search(text) is None
     async with db.read() as s:
         slack = await s.scalar(select(Webhook).where(Webhook.source == "slack"))
@@ -478,7 +508,9 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(
     resp, text = await browser.post(f"/ui/webhooks/{webhook.id}/secret", {"secret": "nope"})
     assert resp.status == 400 and "rotate" in text  # a minted kind's secret is not set by hand
 
-    resp, _ = await browser.post(f"/ui/webhooks/{webhook.id}/routes/remove", {"endpoint": "helper"})
+    resp, _ = await browser.post(
+        f"/ui/webhooks/{webhook.id}/routes/remove", {"endpoint": "helper"}, confirm=True
+    )
     assert resp.status == 303
     resp, text = await browser.post(f"/ui/webhooks/{webhook.id}/routes", {"endpoint": "nobody"})
     assert resp.status == 404 and "nobody" in text
@@ -491,7 +523,7 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(
     for value in (secret, rotated, ingest, provider_secret):
         assert value not in caplog.text
 
-    resp, _ = await browser.post(f"/ui/webhooks/{webhook.id}/delete")
+    resp, _ = await browser.post(f"/ui/webhooks/{webhook.id}/delete", confirm=True)
     assert resp.status == 303
     async with db.read() as s:
         assert await s.get(Webhook, webhook.id) is None
@@ -545,20 +577,23 @@ async def test_connection_pages_show_the_fingerprint_never_the_secret(
     assert github_stub["seen"] == [f"Bearer {secret}"]  # the stub saw it; no page did
 
     new_secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
-    resp, _ = await browser.post(f"/ui/connections/{connection.id}/rotate", {"secret": new_secret})
+    resp, _ = await browser.post(
+        f"/ui/connections/{connection.id}/rotate", {"secret": new_secret}, confirm=True
+    )
     assert resp.status == 303
     resp, text = await browser.get("/ui/connections")
     assert services.vault.fingerprint(new_secret) in text and fingerprint not in text
     resp, _ = await browser.post(f"/ui/connections/{connection.id}/test")
     resp, text = await browser.get(resp.headers["Location"])
-    # The stub refuses the rotated secret: shown as an auth failure.
+    # The stub refuses the rotated secret: shown as an auth failure, in the error box.
     assert "Connection test failed" in text and '<span class="badge error">auth</span>' in text
+    assert '<div class="flash error" role="alert">Connection test failed' in text
 
     everything = browser.everything() + caplog.text
     assert secret not in everything and new_secret not in everything
     assert secret[4:24] not in everything
 
-    resp, _ = await browser.post(f"/ui/connections/{connection.id}/delete")
+    resp, _ = await browser.post(f"/ui/connections/{connection.id}/delete", confirm=True)
     assert resp.status == 303
     async with db.read() as s:
         assert await s.scalar(select(func.count()).select_from(Connection)) == 0
@@ -597,7 +632,9 @@ async def test_team_members_see_connections_but_cannot_manage_them(
     assert 'value="team:platform"' not in text  # nor the team as an owner to add connections to
     assert "you see its connections; its owners and admins manage them" in text
     for action, data in (("rotate", {"secret": "xoxb-new-secret-value-123"}), ("delete", {}), ("test", {})):
-        resp, text = await second_browser.post(f"/ui/connections/{connection.id}/{action}", data)
+        resp, text = await second_browser.post(
+            f"/ui/connections/{connection.id}/{action}", data, confirm=True
+        )
         assert resp.status == 403, action
     resp, _ = await second_browser.post(
         "/ui/connections",
@@ -624,12 +661,12 @@ async def test_team_members_see_connections_but_cannot_manage_them(
     # Promoted to admin, bob manages the team's connections.
     resp, _ = await browser.post("/ui/teams/platform/members", {"handle": "bob", "role": "admin"})
     assert resp.status == 303
-    resp, _ = await second_browser.post(f"/ui/connections/{connection.id}/delete")
+    resp, _ = await second_browser.post(f"/ui/connections/{connection.id}/delete", confirm=True)
     assert resp.status == 303
     # An admin cannot touch an owner.
-    resp, _ = await second_browser.post("/ui/teams/platform/members/remove", {"handle": "ada"})
+    resp, _ = await second_browser.post("/ui/teams/platform/members/remove", {"handle": "ada"}, confirm=True)
     assert resp.status == 403
-    resp, text = await browser.post("/ui/teams/platform/members/remove", {"handle": "ada"})
+    resp, text = await browser.post("/ui/teams/platform/members/remove", {"handle": "ada"}, confirm=True)
     assert resp.status == 409 and "at least one owner" in text
 
 
@@ -643,7 +680,7 @@ async def test_another_humans_resources_are_invisible_and_404(
     await browser.login(await human(db, "ada"))
     await second_browser.login(await human(db, "eve"))
     resp, text = await browser.post("/ui/endpoints", {"name": "ada-bot", "owner": "me"})
-    assert resp.status == 201
+    assert resp.status == 303
     await browser.post("/ui/webhooks", {"endpoint": "ada-bot", "source": "generic"})
     await browser.post("/ui/teams", {"slug": "adas-team"})
     await browser.post(
@@ -748,7 +785,7 @@ async def test_an_expired_session_is_logged_out(browser: Browser, db: Any) -> No
         for session in (await s.scalars(select(WebSession))).all():
             session.expires_at = session.created_at
     resp, _ = await browser.get("/ui/endpoints")
-    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login?next=/ui/endpoints"
     resp, text = await browser.post("/ui/teams", {"slug": "late"})
     assert resp.status == 401 and "Log in again" in text
     async with db.read() as s:
@@ -779,8 +816,8 @@ async def test_a_webhook_made_in_the_ui_delivers_to_the_board(browser: Browser, 
 
     await browser.login(await human(db, "ada"))
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
-    resp, text = await browser.post("/ui/webhooks", {"endpoint": "bot", "source": "github"})
-    assert resp.status == 201
+    resp, text = await browser.post_reveal("/ui/webhooks", {"endpoint": "bot", "source": "github"})
+    assert resp.status == 200
     secret = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
     ingest = INGEST_RE.search(text).group(1)  # type: ignore[union-attr]
 
@@ -813,10 +850,10 @@ async def test_a_refused_change_comes_back_on_its_page_and_only_a_refused_create
     await browser.post("/ui/teams", {"slug": "platform"})
     await browser.post("/ui/teams/platform/members", {"handle": "bob", "role": "member"})
     resp, _ = await browser.post("/ui/endpoints", {"name": "team-bot", "owner": "team:platform"})
-    assert resp.status == 201
+    assert resp.status == 303
 
     # A member may see the team's endpoint but not revoke it: the endpoints page says why.
-    resp, text = await second_browser.post("/ui/endpoints/team-bot/revoke")
+    resp, text = await second_browser.post("/ui/endpoints/team-bot/revoke", confirm=True)
     assert resp.status == 403
     assert "<h1>Endpoints</h1>" in text and "only the owners and admins of team platform" in text
     assert '<details class="create">' in text  # the vend form stays folded
@@ -827,7 +864,7 @@ async def test_a_refused_change_comes_back_on_its_page_and_only_a_refused_create
     resp, text = await browser.post("/ui/endpoints", {"name": "x", "owner": "me", "queues": "Bad Queue!"})
     assert resp.status == 400 and '<details class="create" open>' in text and 'value="Bad Queue!"' in text
     resp, _ = await browser.post("/ui/webhooks", {"endpoint": "team-bot", "source": "generic"})
-    assert resp.status == 201
+    assert resp.status == 303
     async with db.read() as s:
         webhook = await s.scalar(select(Webhook))
     assert webhook is not None
@@ -859,17 +896,23 @@ async def test_team_roles_are_enforced_and_anyone_may_leave(
         assert resp.status == 403 and "<h1>Teams</h1>" in text
         resp, text = await browser.post("/ui/teams/platform/members", {"handle": "dave", "role": "king"})
         assert resp.status == 400 and "role must be one of" in text
-        resp, text = await browser.post("/ui/teams/platform/members/remove", {"handle": "dave"})
+        resp, text = await browser.post("/ui/teams/platform/members/remove", {"handle": "dave"}, confirm=True)
         assert resp.status == 404
 
         # The admin's page offers removing the member, not the owner; the member's page only leaving.
         _, text = await second_browser.get("/ui/teams")
-        assert text.count('action="/ui/teams/platform/members/remove"') == 2  # carol, and bob leaving
-        assert 'value="ada"><button type="submit" class="danger">' not in text
+        assert text.count('href="/ui/teams/platform/members/remove?handle=') == 2  # carol, and bob leaving
+        assert 'href="/ui/teams/platform/members/remove?handle=ada"' not in text
         _, text = await carol.get("/ui/teams")
-        assert text.count('action="/ui/teams/platform/members/remove"') == 1 and ">Leave</button>" in text
+        assert text.count('href="/ui/teams/platform/members/remove?handle=') == 1 and ">Leave…</a>" in text
 
+        # Leaving asks first: without the confirmation nothing changes.
         resp, _ = await carol.post("/ui/teams/platform/members/remove", {"handle": "carol"})
+        assert resp.status == 303
+        assert resp.headers["Location"] == "/ui/teams/platform/members/remove?handle=carol"
+        resp, text = await carol.get(resp.headers["Location"])
+        assert resp.status == 200 and "Leave team platform?" in text
+        resp, _ = await carol.post("/ui/teams/platform/members/remove", {"handle": "carol"}, confirm=True)
         assert resp.status == 303
         _, text = await carol.get(resp.headers["Location"])
         assert "Member removed." in text and "You are in no team yet." in text
@@ -896,7 +939,7 @@ async def test_the_todo_page_truncates_a_huge_payload_and_the_board_marks_dead_l
     assert json.loads(html.unescape(shown))["blob"].endswith("… (4472 more characters cut)")
     assert f'href="/ui/todos/{todo.id}/payload"' in text
 
-    resp, _ = await browser.post(f"/ui/endpoints/{endpoint.slug}/revoke")
+    resp, _ = await browser.post(f"/ui/endpoints/{endpoint.slug}/revoke", confirm=True)
     assert resp.status == 303
     resp, text = await browser.get("/ui?state=dead")
     assert resp.status == 200 and "big one" in text and '<span class="badge dead">dead letter</span>' in text
@@ -904,7 +947,7 @@ async def test_the_todo_page_truncates_a_huge_payload_and_the_board_marks_dead_l
 
 async def test_head_requests_get_the_same_status_and_headers(browser: Browser, db: Any) -> None:
     resp, _ = await browser.request("HEAD", "/ui")
-    assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/login?next=/ui"
     await browser.login(await human(db, "ada"))
     for path in ("/ui", "/ui/endpoints", "/ui/teams", "/ui/static/app.css"):
         resp, _ = await browser.request("HEAD", path)

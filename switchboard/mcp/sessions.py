@@ -368,12 +368,14 @@ def setup(app: web.Application, services: Services) -> None:
         task = asyncio.create_task(service.run(started, stop), name="switchboard:mcp-sessions")
         await started.wait()
         services.revocation_listeners.append(close_revoked)
+        services.live_sessions = lambda: Counter(session.endpoint_id for session in bell.sessions.values())
         try:
             async with ringing(bell):
                 yield
         finally:
             with contextlib.suppress(ValueError):
                 services.revocation_listeners.remove(close_revoked)
+            services.live_sessions = None
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -7,9 +7,11 @@ Where things are:
 * ``html`` — the escaping rule (``h``/``Safe``), widgets and page skeletons;
 * ``session`` — login, the session cookie, CSRF, ``Viewer`` and ``authed``;
 * ``forms`` — reading forms, and ``shows_refusals``: how a refused POST comes back;
+* ``once`` — what a page shows once: a new secret (reveal) and the notice an action leaves (flash);
+* ``confirm`` — the confirmation page every destructive action has (no JavaScript needed);
 * one module per page family: ``board`` (and ``todo_page``: one todo, its actions and raw
-  payload), ``endpoints``, ``webhooks``, ``connections``, ``teams``, ``account`` (your token and web
-  sessions).
+  payload), ``endpoints``, ``webhooks`` (and ``webhook_actions``), ``connections``, ``teams``,
+  ``account`` (your token and web sessions).
 
 Every handler but login is wrapped by ``authed`` here, in the route table, so no page can forget
 its session or CSRF check. Pages are built by ``h()``, which HTML-escapes every interpolated value
@@ -17,10 +19,11 @@ unless it is ``Safe`` markup this package wrote, so payload-derived text (todo t
 displays) cannot become markup; a strict CSP (no scripts at all, styles from ``'self'``) backs
 that up.
 
-Secrets: an endpoint token, a webhook's ingest URL and minted signing secret are rendered exactly
-once, on the response to the POST that created them (``Cache-Control: no-store``); they are not
-stored in a form we could show again. Connection secrets are never rendered: only fingerprints.
-Secret form fields are never refilled when a form comes back with an error.
+Every POST that works answers 303. Secrets: an endpoint token, a webhook's ingest URL and minted
+signing secret are rendered exactly once, on the page the POST that made them redirects to (sealed
+on the session meanwhile, ``Cache-Control: no-store``): a reload shows nothing and repeats nothing.
+Connection secrets are never rendered: only fingerprints. Secret form fields are never refilled
+when a form comes back with an error.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from switchboard.web import (
     session,
     teams,
     todo_page,
+    webhook_actions,
     webhooks,
 )
 from switchboard.web.forms import page_view
@@ -106,7 +110,9 @@ def setup(app: web.Application) -> None:
         ("GET", "/ui/account", account.account_view),
         ("POST", "/ui/account/rotate", account.rotate),
         ("GET", "/ui/account/token", account.reveal),
+        ("GET", "/ui/account/sessions/end-others", account.end_others_confirm),
         ("POST", "/ui/account/sessions/end-others", account.end_other_sessions),
+        ("GET", "/ui/account/sessions/{ref}/end", account.end_session_confirm),
         ("POST", "/ui/account/sessions/{ref}/end", account.end_session),
         ("GET", "/ui", board.board),
         ("GET", "/ui/todos/requeue", board.bulk_confirm),
@@ -119,24 +125,43 @@ def setup(app: web.Application) -> None:
         ("POST", "/ui/todos/{todo_id}/cancel", todo_page.cancel),
         ("GET", "/ui/endpoints", page_view(endpoints.endpoints_page)),
         ("POST", "/ui/endpoints", endpoints.vend),
+        ("GET", "/ui/endpoints/token", endpoints.reveal),
+        ("GET", "/ui/endpoints/{slug}/revoke", endpoints.revoke_confirm),
         ("POST", "/ui/endpoints/{slug}/revoke", endpoints.revoke),
         ("GET", "/ui/webhooks", page_view(webhooks.webhooks_page)),
         ("POST", "/ui/webhooks", webhooks.webhook_create),
-        ("POST", "/ui/webhooks/{webhook_id}/rotate", webhooks.webhook_rotate),
-        ("POST", "/ui/webhooks/{webhook_id}/secret", webhooks.webhook_set_secret),
-        ("POST", "/ui/webhooks/{webhook_id}/delete", webhooks.webhook_delete),
-        ("POST", "/ui/webhooks/{webhook_id}/routes", webhooks.route_add),
-        ("POST", "/ui/webhooks/{webhook_id}/routes/remove", webhooks.route_remove),
+        ("GET", "/ui/webhooks/new", webhooks.reveal),
+        ("GET", "/ui/webhooks/{webhook_id}/rotate", webhook_actions.rotate_confirm),
+        ("POST", "/ui/webhooks/{webhook_id}/rotate", webhook_actions.webhook_rotate),
+        ("GET", "/ui/webhooks/{webhook_id}/secret", webhook_actions.secret_confirm),
+        ("POST", "/ui/webhooks/{webhook_id}/secret", webhook_actions.webhook_set_secret),
+        ("GET", "/ui/webhooks/{webhook_id}/expire-previous", webhook_actions.expire_confirm),
+        ("POST", "/ui/webhooks/{webhook_id}/expire-previous", webhook_actions.webhook_expire_previous),
+        ("GET", "/ui/webhooks/{webhook_id}/edit", webhook_actions.edit_page),
+        ("POST", "/ui/webhooks/{webhook_id}/edit", webhook_actions.webhook_edit),
+        ("POST", "/ui/webhooks/{webhook_id}/pause", webhook_actions.webhook_pause),
+        ("POST", "/ui/webhooks/{webhook_id}/resume", webhook_actions.webhook_resume),
+        ("GET", "/ui/webhooks/{webhook_id}/delete", webhook_actions.delete_confirm),
+        ("POST", "/ui/webhooks/{webhook_id}/delete", webhook_actions.webhook_delete),
+        ("POST", "/ui/webhooks/{webhook_id}/routes", webhook_actions.route_add),
+        ("GET", "/ui/webhooks/{webhook_id}/routes/remove", webhook_actions.route_remove_confirm),
+        ("POST", "/ui/webhooks/{webhook_id}/routes/remove", webhook_actions.route_remove),
+        ("GET", "/ui/routes/{route_id}/remove", routes.withdraw_confirm),
         ("POST", "/ui/routes/{route_id}/remove", routes.withdraw),
         ("GET", "/ui/connections", page_view(connections.connections_page)),
         ("POST", "/ui/connections", connections.connection_create),
+        ("GET", "/ui/connections/{connection_id}/rotate", connections.rotate_confirm),
         ("POST", "/ui/connections/{connection_id}/rotate", connections.connection_rotate),
+        ("GET", "/ui/connections/{connection_id}/delete", connections.delete_confirm),
         ("POST", "/ui/connections/{connection_id}/delete", connections.connection_delete),
         ("POST", "/ui/connections/{connection_id}/test", connections.connection_test),
         ("GET", "/ui/teams", page_view(teams.teams_page)),
         ("POST", "/ui/teams", teams.team_create),
         ("POST", "/ui/teams/{slug}/members", teams.member_set),
+        ("GET", "/ui/teams/{slug}/members/remove", teams.member_remove_confirm),
         ("POST", "/ui/teams/{slug}/members/remove", teams.member_remove),
+        ("GET", "/ui/teams/{slug}/delete", teams.team_delete_confirm),
+        ("POST", "/ui/teams/{slug}/delete", teams.team_delete),
     ):
         add = r.add_get if method == "GET" else r.add_post  # add_get answers HEAD too
         add(path, authed(handler))

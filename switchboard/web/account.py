@@ -14,34 +14,28 @@ minutes. The old token never reaches a page, a log line or the database.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
-import os
-from datetime import timedelta
 
 from aiohttp import web
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import select
 
 from switchboard import humans
-from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError, invalid
 from switchboard.models import Human, WebSession
 from switchboard.services import services_of
-from switchboard.web.forms import see_other, shows_refusals
+from switchboard.web.confirm import confirm_link, confirm_page
+from switchboard.web.forms import ask_first, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
     FormRefusal,
     Safe,
-    action_form,
     badge,
     card_form,
     h,
     kv,
     mono,
+    notice_of,
     page,
     path_part,
     reveal_page,
@@ -50,62 +44,10 @@ from switchboard.web.html import (
     table,
     when,
 )
-from switchboard.web.session import Viewer, logout, session_cookie_name
+from switchboard.web.once import gone_page_text, seal, take_reveal
+from switchboard.web.session import Viewer, logout
 
 log = logging.getLogger("switchboard.web")
-
-REVEAL_TTL = timedelta(minutes=5)
-_NONCE = 12
-
-# ``?done=`` notices of this page (fixed texts: the URL never carries user text into the page).
-NOTICES = {
-    "session_ended": "Session ended. That browser is logged out.",
-    "sessions_ended": "Every other session ended. Only this browser is still logged in.",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# The one-time reveal, sealed to this session's cookie
-
-
-def _cookie(request: web.Request) -> str:
-    return request.cookies.get(session_cookie_name(services_of(request)), "")
-
-
-def _key(cookie: str) -> bytes:
-    return hmac.new(cookie.encode(), b"switchboard account reveal", hashlib.sha256).digest()
-
-
-def _aad(session_hash: str) -> bytes:
-    return f"switchboard:web_sessions:reveal:{session_hash}".encode()
-
-
-def seal(cookie: str, session_hash: str, token: str) -> bytes:
-    expires = int((utcnow() + REVEAL_TTL).timestamp())
-    nonce = os.urandom(_NONCE)
-    return nonce + AESGCM(_key(cookie)).encrypt(nonce, f"{expires}:{token}".encode(), _aad(session_hash))
-
-
-def unseal(cookie: str, session_hash: str, blob: bytes) -> str | None:
-    """The token, or None when it cannot be opened with this cookie or its few minutes are over."""
-    try:
-        plain = AESGCM(_key(cookie)).decrypt(blob[:_NONCE], blob[_NONCE:], _aad(session_hash)).decode()
-    except (InvalidTag, ValueError):
-        return None
-    expires, _, token = plain.partition(":")
-    return token if expires.isdigit() and int(expires) > utcnow().timestamp() else None
-
-
-async def _take_reveal(request: web.Request, viewer: Viewer) -> str | None:
-    """This session's waiting token, removed from its row as it is read: shown at most once."""
-    async with services_of(request).db.write() as s:
-        row = await s.scalar(
-            select(WebSession).where(WebSession.id_hash == viewer.session_hash).with_for_update()
-        )
-        if row is None or row.reveal is None:
-            return None
-        blob, row.reveal = row.reveal, None
-    return unseal(_cookie(request), viewer.session_hash, blob)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +56,7 @@ async def _take_reveal(request: web.Request, viewer: Viewer) -> str | None:
 
 def _session_row(viewer: Viewer, row: WebSession) -> Safe:
     current = hmac.compare_digest(row.id_hash, viewer.session_hash)
-    end = action_form(viewer, f"/ui/account/sessions/{path_part(row.ref)}/end", "End", cls="danger")
+    end = confirm_link(f"/ui/account/sessions/{path_part(row.ref)}/end", "End")
     return h(
         '<tr><td class="mono">{ref}{this}</td><td>{created}</td><td>{seen}</td><td>{expires}</td>'
         "<td>{agent}</td><td>{end}</td></tr>",
@@ -163,9 +105,7 @@ async def account_page(request: web.Request, viewer: Viewer, refusal: FormRefusa
     )
     others = any(not hmac.compare_digest(r.id_hash, viewer.session_hash) for r in sessions)
     end_others = (
-        action_form(viewer, "/ui/account/sessions/end-others", "End all other sessions", cls="danger")
-        if others
-        else EMPTY
+        confirm_link("/ui/account/sessions/end-others", "End all other sessions") if others else EMPTY
     )
     body = h(
         '<h1>Your account</h1><section class="card">{facts}</section>{rotate}{sessions}',
@@ -189,7 +129,7 @@ async def account_page(request: web.Request, viewer: Viewer, refusal: FormRefusa
         active="account",
         status=refusal.status if refusal else 200,
         error=refusal.message if refusal else None,
-        notice=NOTICES.get(request.query.get("done", "")),
+        notice=notice_of(request),
     )
 
 
@@ -206,14 +146,15 @@ async def rotate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     current = viewer.form.get("token", "").strip()
     if not current:
         raise invalid("type your current token to rotate it")
-    cookie = _cookie(request)
     try:
         rotated = await humans.rotate_token(
             services_of(request).db,
             human_id=viewer.human_id,
             current_token=current,
             keep_session=viewer.session_hash,
-            seal_for_session=lambda token: seal(cookie, viewer.session_hash, token),
+            seal_for_session=lambda token: seal(
+                viewer.cookie, viewer.session_hash, "token", {"token": token}
+            ),
         )
     except SwitchboardError as exc:
         if exc.code != "unauthorized":
@@ -225,13 +166,15 @@ async def rotate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 
 
 async def reveal(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    token = await _take_reveal(request, viewer)
-    if token is None:
+    shown = await take_reveal(request, viewer, "token")
+    token = shown.get("token") if shown else None
+    if not isinstance(token, str):
         body = h(
-            "<h1>Nothing to show</h1><p>A new token is shown once, right after you rotate it, and not "
-            "again: reloading this page cannot bring it back. If you did not copy it, rotate again from "
-            '<a href="/ui/account">your account</a> (you need the token you have now), or ask the '
-            "operator.</p>"
+            '<h1>Nothing to show</h1><p>{text}</p><p><a href="/ui/account">Your account</a></p>',
+            text=gone_page_text(
+                "token",
+                "rotate again from your account (you need the token you have now), or ask the operator",
+            ),
         )
         return page("Token", body, viewer, active="account", status=410)
     response = reveal_page(
@@ -249,7 +192,54 @@ async def reveal(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     return response
 
 
+async def _own_session(request: web.Request, viewer: Viewer) -> WebSession:
+    """The session in the URL, if it is one of the viewer's (another human's is a 404)."""
+    ref = request.match_info["ref"]
+    rows = await humans.list_sessions(services_of(request).db, viewer.human_id)
+    session = next((r for r in rows if r.ref == ref), None)
+    if session is None:
+        raise SwitchboardError("not_found", f"session {ref!r} not found")
+    return session
+
+
+async def end_session_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    session = await _own_session(request, viewer)
+    ref = session.ref
+    return confirm_page(
+        viewer,
+        question="End this session?",
+        explain=h(
+            "<p>The browser logged in as you with session <code>{ref}</code> ({agent}, last seen {seen}) is "
+            "logged out at once. It can log in again with your token.</p>",
+            ref=ref,
+            agent=session.user_agent or "unknown browser",
+            seen=when(session.last_seen_at),
+        ),
+        action=f"/ui/account/sessions/{path_part(ref)}/end",
+        button="Yes, end it",
+        back="/ui/account",
+        active="account",
+    )
+
+
+async def end_others_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    return confirm_page(
+        viewer,
+        question="End every other session?",
+        explain=Safe(
+            "<p>Every browser logged in as you, except this one, is logged out at once. Your token keeps "
+            "working; rotate it too if it may have leaked.</p>"
+        ),
+        action="/ui/account/sessions/end-others",
+        button="Yes, end them",
+        back="/ui/account",
+        active="account",
+    )
+
+
 async def end_session(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    await _own_session(request, viewer)
+    ask_first(request, viewer)
     services = services_of(request)
     ended = await humans.end_session(services.db, viewer.human_id, request.match_info["ref"])
     if hmac.compare_digest(ended.id_hash, viewer.session_hash):
@@ -259,6 +249,7 @@ async def end_session(request: web.Request, viewer: Viewer) -> web.StreamRespons
 
 
 async def end_other_sessions(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    ask_first(request, viewer)
     count = await humans.end_sessions(services_of(request).db, viewer.human_id, keep=viewer.session_hash)
     log.info("web: %s ended %d other sessions", viewer.handle, count)
     raise see_other("/ui/account", "sessions_ended")

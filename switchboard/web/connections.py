@@ -17,6 +17,7 @@ from switchboard import connections as owner_connections
 from switchboard.provider import ConnectionKind
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
+from switchboard.web.confirm import confirm_link, confirm_page
 from switchboard.web.forms import changes, list_field, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
@@ -64,15 +65,12 @@ def last_test_cell(last: Mapping[str, Any] | None) -> Safe:
 
 def connection_actions(viewer: Viewer, c: Mapping[str, Any]) -> Safe:
     base = f"/ui/connections/{path_part(str(c['id']))}"
-    new_secret = Safe(
-        '<input type="password" name="secret" autocomplete="off" placeholder="new secret" '
-        'aria-label="new secret">'
-    )
+    # Rotate and Delete lead to their confirmation pages (rotate's has the new secret's field).
     return h(
         '<div class="actions">{test}{rotate}{delete}</div>',
         test=action_form(viewer, f"{base}/test", "Test"),
-        rotate=action_form(viewer, f"{base}/rotate", "Rotate", fields=new_secret),
-        delete=action_form(viewer, f"{base}/delete", "Delete", cls="danger"),
+        rotate=confirm_link(f"{base}/rotate", "Rotate", "secondary"),
+        delete=confirm_link(f"{base}/delete", "Delete"),
     )
 
 
@@ -244,7 +242,55 @@ async def managed_connection(request: web.Request, viewer: Viewer) -> Managed:
 connection_change = changes(connections_page, "/ui/connections", managed_connection)
 
 
-@connection_change
+async def _described(request: web.Request, viewer: Viewer) -> tuple[Managed, dict[str, Any]]:
+    found = await managed_connection(request, viewer)
+    return found, await owner_connections.get_connection(
+        services_of(request), found.owner, found.connection_id
+    )
+
+
+async def rotate_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The rotation's confirmation is the page with the new secret's field."""
+    found, c = await _described(request, viewer)
+    return confirm_page(
+        viewer,
+        question=f"Rotate connection {c.get('name')}?",
+        explain=h(
+            "<p>Replies through <strong>{name}</strong> ({kind}, {account}) use the new secret from now on; "
+            "the current one is forgotten. Test it afterwards.</p>",
+            name=c.get("name", ""),
+            kind=c.get("kind", ""),
+            account=c.get("account_key", ""),
+        ),
+        action=f"/ui/connections/{path_part(found.connection_id)}/rotate",
+        button="Rotate",
+        back="/ui/connections",
+        active="connections",
+        fields=secret_field("secret", "New secret", required=True),
+        cls="",
+    )
+
+
+async def delete_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    found, c = await _described(request, viewer)
+    return confirm_page(
+        viewer,
+        question=f"Delete connection {c.get('name')}?",
+        explain=h(
+            "<p><strong>{name}</strong> ({kind}, {account}) is deleted with its secret. Replies that would "
+            "use it are refused until another connection matches. This cannot be undone.</p>",
+            name=c.get("name", ""),
+            kind=c.get("kind", ""),
+            account=c.get("account_key", ""),
+        ),
+        action=f"/ui/connections/{path_part(found.connection_id)}/delete",
+        button="Yes, delete it",
+        back="/ui/connections",
+        active="connections",
+    )
+
+
+@changes(connections_page, "/ui/connections", managed_connection, confirm=())
 async def connection_rotate(request: web.Request, viewer: Viewer, found: Managed) -> str:
     secret = viewer.form.get("secret", "")
     await owner_connections.rotate_connection(services_of(request), found.owner, found.connection_id, secret)
@@ -252,7 +298,7 @@ async def connection_rotate(request: web.Request, viewer: Viewer, found: Managed
     return "connection_rotated"
 
 
-@connection_change
+@changes(connections_page, "/ui/connections", managed_connection, confirm=())
 async def connection_delete(request: web.Request, viewer: Viewer, found: Managed) -> str:
     await owner_connections.delete_connection(services_of(request), found.owner, found.connection_id)
     log.info("web: %s deleted connection %s", viewer.handle, found.connection_id)

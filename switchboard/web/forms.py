@@ -1,6 +1,6 @@
 """Reading posted forms, and the one way a refused form comes back to the person who sent it.
 
-A handler that changes something either redirects (``see_other`` with a fixed ``?done=`` notice)
+A handler that changes something either redirects (``see_other`` with a fixed notice key)
 or raises a ``SwitchboardError``; ``shows_refusals`` turns the error into the family's page with
 the message and the right 4xx status, and — for a create form — the typed values, never a secret.
 """
@@ -17,6 +17,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from switchboard.errors import SwitchboardError, invalid
 from switchboard.web.html import FormRefusal
+from switchboard.web.once import Redirect
 
 if TYPE_CHECKING:
     from switchboard.web.session import Viewer
@@ -78,9 +79,19 @@ def list_field(form: Mapping[str, str], name: str) -> list[str] | None:
 
 
 def see_other(location: str, done: str | None = None) -> web.HTTPSeeOther:
-    if done:
-        location += ("&" if "?" in location else "?") + urlencode({"done": done})
-    return web.HTTPSeeOther(location)
+    """The 303 after a POST; ``done`` names the notice (``html.NOTICES``) the next page shows, once
+    (it travels on the session's row: see ``once``)."""
+    return Redirect(location, done)
+
+
+def ask_first(request: web.Request, viewer: Viewer, keep: tuple[str, ...] = ()) -> None:
+    """A destructive POST goes ahead only with its confirmation page's ``confirm=yes``; without it
+    (a hand-made form, an old page) the browser is sent to that page, a GET on the same path with
+    the ``keep`` fields (never a secret) in the query, and nothing changes."""
+    if viewer.form.get("confirm") == "yes":
+        return
+    query = urlencode([(k, viewer.form[k]) for k in keep if k not in UNKEPT_FIELDS and viewer.form.get(k)])
+    raise web.HTTPSeeOther(request.path + (f"?{query}" if query else ""))
 
 
 def page_view(render: PageRenderer) -> Handler:
@@ -118,17 +129,24 @@ def changes(
     render: PageRenderer,
     location: str,
     resolve: Callable[[web.Request, Viewer], Awaitable[Resource]],
+    *,
+    confirm: tuple[str, ...] | None = None,
 ) -> Callable[[Callable[[web.Request, Viewer, Resource], Awaitable[str]]], Handler]:
     """The shape of every POST on a resource named in the URL (rotate, delete, test, routes, …):
     ``resolve`` finds it and checks the viewer may change it (404 for another scope's, 403 for a
     read-only member), the decorated change does the work and returns a ``NOTICES`` key, and the
-    browser is sent to ``location`` with that notice. A refusal comes back as ``render``'s page."""
+    browser is sent to ``location`` with that notice. A refusal comes back as ``render``'s page.
+    With ``confirm`` (the fields its confirmation page keeps), the change is destructive: without
+    the confirmation it is ``ask_first``."""
 
     def decorate(change: Callable[[web.Request, Viewer, Resource], Awaitable[str]]) -> Handler:
         @shows_refusals(render)
         @wraps(change)
         async def handler(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+            # Found and allowed first (another scope's is a 404 either way), then confirmed.
             resource = await resolve(request, viewer)
+            if confirm is not None:
+                ask_first(request, viewer, confirm)
             raise see_other(location, await change(request, viewer, resource))
 
         return handler

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -22,8 +23,18 @@ from switchboard.db import rfc3339
 if TYPE_CHECKING:
     from switchboard.web.session import Viewer
 
-# Fixed notices for ``?done=…`` after a redirect: the URL never carries user text into the page.
-NOTICES = {
+
+class Failure(str):
+    """A notice that reports something that did not work (a failed connection test): shown as an
+    error, not in the green box."""
+
+    __slots__ = ()
+
+
+# The notice a redirect leaves for the next page (``forms.see_other``), by key. It travels on the
+# session's row, not in the URL: a page shows it only after the action happened, and no link can
+# make one appear (``session.authed`` stores and takes it).
+NOTICES: dict[str, str] = {
     "revoked": "Endpoint revoked. Its token no longer works and its open todos were dead-lettered.",
     "webhook_deleted": "Webhook deleted.",
     "secret_set": "Signing secret saved. The webhook now accepts deliveries.",
@@ -36,8 +47,16 @@ NOTICES = {
     "connection_rotated": "Connection secret rotated.",
     "connection_deleted": "Connection deleted.",
     "connection_test_ok": "Connection test passed.",
-    "connection_test_failed": "Connection test failed; its row shows the error class.",
+    "connection_test_failed": Failure("Connection test failed; its row shows the error class and detail."),
     "logged_out": "You are logged out.",
+    "session_ended": "Session ended. That browser is logged out.",
+    "sessions_ended": "Every other session ended. Only this browser is still logged in.",
+    "webhook_saved": "Webhook saved.",
+    "webhook_paused": "Webhook paused: deliveries are answered 503 with Retry-After and nothing is stored.",
+    "webhook_resumed": "Webhook resumed: deliveries are accepted again.",
+    "previous_secret_expired": "The previous signing secret no longer verifies: only the current one does.",
+    "no_previous_secret": "There was no previous signing secret still accepted; nothing changed.",
+    "team_deleted": "Team deleted.",
     "todo_requeued": "Todo requeued: it is pending again with a fresh attempt budget.",
     "todo_released": "Claim released: the todo is pending again.",
     "todo_cancelled": "Todo cancelled.",
@@ -68,12 +87,37 @@ EMPTY = Safe("")
 MUTED_DASH = Safe('<span class="muted">—</span>')
 
 
+def _visible(codepoint: int) -> str:
+    return f"\\u{codepoint:04x}"
+
+
+# Characters that would change how the text around them is shown, not what it says: the bidi
+# embeddings, overrides, isolates and marks (a U+202E in a sender's title would show it reversed),
+# and control characters. Each becomes its visible escape (``\u202e``), as the CLI shows it, in
+# text and attributes alike, so what a page shows is the text in its logical order.
+NEUTRALISED = {
+    c: _visible(c)
+    for c in (
+        *range(0x00, 0x09),
+        0x0B,
+        0x0C,
+        *range(0x0E, 0x20),
+        *range(0x7F, 0xA0),
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
 def esc(value: object) -> Safe:
     if isinstance(value, Safe):
         return value
     if value is None:
         return EMPTY
-    return Safe(html.escape(str(value), quote=True))
+    return Safe(html.escape(str(value).translate(NEUTRALISED), quote=True))
 
 
 def h(template: str, **values: object) -> Safe:
@@ -100,10 +144,11 @@ def path_part(value: str) -> str:
 
 
 def when(value: datetime | str | None) -> Safe:
+    """A time as every page shows it: to the second, labelled UTC (the machine form in the tag)."""
     text = rfc3339(value) if isinstance(value, datetime) else value
     if not text:
         return MUTED_DASH
-    return h('<time datetime="{t}">{short}</time>', t=text, short=str(text).replace("T", " ")[:19])
+    return h('<time datetime="{t}">{short} UTC</time>', t=text, short=str(text).replace("T", " ")[:19])
 
 
 def badge(text: str, cls: str | None = None) -> Safe:
@@ -147,8 +192,9 @@ def table(headers: Sequence[str], rows: Iterable[Safe], *, empty: str | None = N
     body = join(rows)
     if not body and empty is not None:
         body = h('<tr><td colspan="{n}" class="muted">{m}</td></tr>', n=len(headers), m=empty)
+    # The box scrolls sideways on a narrow screen; the page itself never does.
     return h(
-        "<table><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>",
+        '<div class="scroll"><table><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table></div>',
         heads=join(h("<th>{t}</th>", t=t) for t in headers),
         body=body,
     )
@@ -360,8 +406,8 @@ def layout(title: str, body: Safe, viewer: Viewer | None, *, active: str = "", f
 
 
 def flash_of(error: str | None = None, notice: str | None = None) -> Safe:
-    if error:
-        return h('<div class="flash error" role="alert">{m}</div>', m=error)
+    if error or isinstance(notice, Failure):
+        return h('<div class="flash error" role="alert">{m}</div>', m=error or notice)
     if notice:
         return h('<div class="flash notice" role="status">{m}</div>', m=notice)
     return EMPTY
@@ -385,8 +431,14 @@ def page(
     )
 
 
+# The notice ``session.authed`` took off the session's row for the request being handled (set and
+# reset around each handler, so a kept-alive connection's next request does not inherit it).
+TAKEN_NOTICE: ContextVar[str | None] = ContextVar("switchboard_web_notice", default=None)
+
+
 def notice_of(request: web.Request) -> str | None:
-    return NOTICES.get(request.query.get("done", ""))
+    """The notice the last action left for this page, if any (taken once: a reload shows none)."""
+    return NOTICES.get(TAKEN_NOTICE.get() or "")
 
 
 def error_page(viewer: Viewer | None, status: int, message: str, title: str = "Error") -> web.Response:
@@ -443,9 +495,10 @@ def reveal_page(
     content: Safe,
     facts: Iterable[tuple[str, object]],
 ) -> web.Response:
-    """The one page that shows a new secret (token, ingest URL, signing secret): 201, never cached
-    (the security headers say ``no-store``), and nothing links back to it. ``lead`` is the bold
-    "copy this now" sentence, ``detail`` what Switchboard keeps instead."""
+    """The one page that shows a new secret (token, ingest URL, signing secret): the GET a POST
+    redirected to, shown once (``once``), never cached (the security headers say ``no-store``), and
+    nothing links back to it. ``lead`` is the bold "copy this now" sentence, ``detail`` what
+    Switchboard keeps instead."""
     body = h(
         '<h1>{heading}</h1><section class="reveal"><p><strong>{lead}</strong>; {rest}</p>{content}</section>'
         '<section class="card">{facts}</section><p><a href="/ui/{active}">Back to {active}</a></p>',
@@ -456,4 +509,4 @@ def reveal_page(
         facts=kv(facts),
         active=active,
     )
-    return page(title, body, viewer, active=active, status=201)
+    return page(title, body, viewer, active=active)

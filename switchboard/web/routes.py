@@ -13,13 +13,14 @@ import logging
 from aiohttp import web
 
 from switchboard import routes
+from switchboard.errors import not_found
 from switchboard.services import services_of
 from switchboard.tenancy import Owner
-from switchboard.web.forms import see_other
+from switchboard.web.confirm import confirm_link, confirm_page
+from switchboard.web.forms import ask_first, see_other
 from switchboard.web.html import (
     EMPTY,
     Safe,
-    action_form,
     h,
     hint,
     mono,
@@ -29,7 +30,7 @@ from switchboard.web.html import (
     table,
     when,
 )
-from switchboard.web.session import Viewer
+from switchboard.web.session import Viewer, forbidden
 
 log = logging.getLogger("switchboard.web")
 
@@ -37,7 +38,7 @@ log = logging.getLogger("switchboard.web")
 def _row(viewer: Viewer, row: routes.RouteRow) -> Safe:
     source = viewer.scope_of(Owner.of(row.source))
     target = viewer.scope_of(Owner.of(row.target))
-    withdraw = action_form(viewer, f"/ui/routes/{path_part(row.route.id)}/remove", "Withdraw", cls="danger")
+    withdraw = confirm_link(f"/ui/routes/{path_part(row.route.id)}/remove", "Withdraw")
     return h(
         '<tr><td class="mono">{id}</td><td>{endpoint}</td><td>{queue}</td><td>{source}</td>'
         "<td>{created}</td><td>{action}</td></tr>",
@@ -77,8 +78,51 @@ async def incoming_section(request: web.Request, viewer: Viewer) -> Safe:
     )
 
 
+async def _visible(request: web.Request, viewer: Viewer) -> routes.RouteRow:
+    """The route in the URL, if either end is in the viewer's scopes (else a 404 page, as for one
+    that does not exist); the removal itself checks who may remove it."""
+    route_id = request.match_info["route_id"]
+    row = await routes.route_by_id(services_of(request).db, route_id)
+    if row is None or not (viewer.scope_of(Owner.of(row.source)) or viewer.scope_of(Owner.of(row.target))):
+        raise not_found(f"route {route_id!r}")
+    return row
+
+
+async def _removable(request: web.Request, viewer: Viewer) -> routes.RouteRow:
+    """A visible route the viewer administers one end of (a member of either end gets 403)."""
+    row = await _visible(request, viewer)
+    ends = (viewer.scope_of(Owner.of(row.source)), viewer.scope_of(Owner.of(row.target)))
+    if not any(scope is not None and scope.manage for scope in ends):
+        raise forbidden("only administrators of either end may remove a route")
+    return row
+
+
+async def withdraw_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    row = await _removable(request, viewer)
+    return confirm_page(
+        viewer,
+        question="Withdraw this route?",
+        explain=h(
+            "<p>Deliveries stop becoming todos for your endpoint <code>{e}</code> (queue {q}). Todos "
+            "already made stay. Only the webhook's side can ask for the route again, and it needs your "
+            "consent.</p>",
+            e=row.target.slug,
+            q=row.webhook.queue,
+        ),
+        action=f"/ui/routes/{path_part(row.route.id)}/remove",
+        button="Yes, withdraw it",
+        back="/ui/webhooks",
+        active="webhooks",
+    )
+
+
 async def withdraw(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Remove a route by its id (administrators of either end; another scope's is a 404 page)."""
+    if viewer.form.get("confirm") != "yes":
+        # Without the confirmation page's yes, the browser goes there first and nothing changes
+        # (the removal below checks again who may remove it).
+        await _removable(request, viewer)
+        ask_first(request, viewer)
     row = await routes.remove_route_by_id(
         services_of(request).db, request.match_info["route_id"], human_id=viewer.human_id
     )

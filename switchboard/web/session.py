@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
 from typing import TypeVar
+from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 from sqlalchemy import ColumnElement, delete, select, update
@@ -30,8 +31,9 @@ from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Endpoint, Human, Membership, Team, Todo, Webhook, WebSession
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner, scope_filter
-from switchboard.web.forms import Handler, check_request_text, read_form, see_other
-from switchboard.web.html import error_page, h, notice_of, page, secret_field
+from switchboard.web.forms import Handler, check_request_text, read_form
+from switchboard.web.html import NOTICES, TAKEN_NOTICE, error_page, h, hidden, page, secret_field
+from switchboard.web.once import Redirect, put_flash, take_flash
 
 log = logging.getLogger("switchboard.web")
 
@@ -40,6 +42,9 @@ SESSION_TTL = timedelta(hours=12)
 LAST_SEEN_EVERY = timedelta(minutes=5)
 USER_AGENT_MAX = 200
 LOGIN_COOKIE = "sb_login"
+# Set by Log out for the login page it leads to (the one notice shown to someone not logged in).
+LOGGED_OUT_COOKIE = "sb_logged_out"
+NEXT_MAX = 2000
 
 # Rows that belong to an endpoint, and so to its owner scope.
 EndpointOwned = TypeVar("EndpointOwned", Todo, Webhook)
@@ -68,6 +73,10 @@ class Viewer:
     csrf: str
     scopes: list[Scope] = field(default_factory=list)
     form: dict[str, str] = field(default_factory=dict)
+    # The raw session cookie (never stored: one-time reveals are sealed under a key derived from it).
+    cookie: str = ""
+    # The notice an action left for this session's next page (a ``NOTICES`` key), as read.
+    flash: str | None = None
 
     def scope_of(self, owner: Owner) -> Scope | None:
         return next((s for s in self.scopes if s.owner == owner), None)
@@ -169,7 +178,15 @@ async def load_viewer(request: web.Request) -> Viewer | None:
         # Revoking ends the human's sessions; refusing a revoked human here too costs nothing.
         if session.expires_at <= now or human.revoked_at is not None:
             return None
-        viewer = Viewer(human.id, human.handle, session.id_hash, session.csrf_token, await _scopes(s, human))
+        viewer = Viewer(
+            human.id,
+            human.handle,
+            session.id_hash,
+            session.csrf_token,
+            await _scopes(s, human),
+            cookie=raw,
+            flash=session.flash,
+        )
     if now - session.last_seen_at >= LAST_SEEN_EVERY:
         async with services.db.write() as s:
             await s.execute(
@@ -207,8 +224,12 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
             viewer = await load_viewer(request)
             if viewer is None:
                 if request.method in ("GET", "HEAD"):
-                    raise web.HTTPSeeOther("/ui/login")
+                    # After logging in, back to the page that was asked for.
+                    raise web.HTTPSeeOther(f"/ui/login?{urlencode({'next': request.path_qs})}")
                 return error_page(None, 401, "Your session has ended. Log in again.", "Logged out")
+            notice = None
+            if request.method == "GET" and viewer.flash and await take_flash(request, viewer, viewer.flash):
+                notice = viewer.flash
             if request.method == "POST":
                 viewer.form = await read_form(request)
                 if not hmac.compare_digest(viewer.form.get("csrf", "").encode(), viewer.csrf.encode()):
@@ -219,7 +240,16 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
                         "try again; nothing was changed.",
                         "Request refused",
                     )
-            return await fn(request, viewer)
+            taken = TAKEN_NOTICE.set(notice)
+            try:
+                return await fn(request, viewer)
+            finally:
+                TAKEN_NOTICE.reset(taken)
+        except Redirect as done:
+            # The action has committed: now its notice may be shown, on the page it leads to.
+            if viewer is not None and done.flash:
+                await put_flash(request, viewer, done.flash)
+            raise
         except web.HTTPException:
             raise
         except SwitchboardError as exc:
@@ -249,19 +279,43 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
 # Login and logout
 
 
+def safe_next(value: str | None) -> str:
+    """Where to go after logging in: a page of this UI named by its path (and query), else the
+    board. Anything that could leave the site (``//host``, ``https:…``, a backslash) is the board."""
+    if not value or len(value) > NEXT_MAX or not value.startswith("/ui") or "\\" in value:
+        return "/ui"
+    if not value.isprintable() or any(c.isspace() for c in value):
+        return "/ui"
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "/ui"
+    if parts.scheme or parts.netloc or not (parts.path == "/ui" or parts.path.startswith("/ui/")):
+        return "/ui"
+    if parts.path in ("/ui/login", "/ui/logout"):
+        return "/ui"
+    return value
+
+
 def _login_response(
-    request: web.Request, *, error: str | None = None, notice: str | None = None, status: int = 200
+    request: web.Request,
+    *,
+    error: str | None = None,
+    notice: str | None = None,
+    status: int = 200,
+    next_: str = "/ui",
 ) -> web.Response:
     """The login page with a fresh login CSRF token, also set as the ``sb_login`` cookie."""
     csrf = secrets.token_urlsafe(32)
     body = h(
         '<section class="card login"><h1>Log in</h1>'
         '<form method="post" action="/ui/login">'
-        '<input type="hidden" name="csrf" value="{csrf}">{token}'
+        '<input type="hidden" name="csrf" value="{csrf}">{next}{token}'
         '<p class="hint">The <code>sbo_</code> token printed by <code>switchboard human add</code>. '
         "It is exchanged for a session cookie and not kept by your browser.</p>"
         '<button type="submit">Log in</button></form></section>',
         csrf=csrf,
+        next=hidden("next", next_) if next_ != "/ui" else "",
         token=secret_field("token", "Personal token", required=True, autofocus=True, placeholder="sbo_…"),
     )
     response = page("Log in", body, None, status=status, error=error, notice=notice)
@@ -284,9 +338,14 @@ def _user_agent(request: web.Request) -> str | None:
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
+    next_ = safe_next(request.query.get("next"))
     if await load_viewer(request) is not None:
-        raise web.HTTPSeeOther("/ui")
-    return _login_response(request, notice=notice_of(request))
+        raise web.HTTPSeeOther(next_)
+    logged_out = request.cookies.get(LOGGED_OUT_COOKIE) == "1"
+    response = _login_response(request, notice=NOTICES["logged_out"] if logged_out else None, next_=next_)
+    if logged_out:
+        response.del_cookie(LOGGED_OUT_COOKIE, path="/ui/login")
+    return response
 
 
 async def login(request: web.Request) -> web.StreamResponse:
@@ -295,16 +354,20 @@ async def login(request: web.Request) -> web.StreamResponse:
         form = await read_form(request)
     except SwitchboardError as exc:
         return _login_response(request, error=exc.message, status=exc.http_status)
+    next_ = safe_next(form.get("next"))
     expected = request.cookies.get(LOGIN_COOKIE, "")
     if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
         return _login_response(
-            request, error="The login form expired or was not sent from this page. Try again.", status=403
+            request,
+            error="The login form expired or was not sent from this page. Try again.",
+            status=403,
+            next_=next_,
         )
     token = form.get("token", "").strip()
     human = await tenancy.human_by_token(services.db, token) if token else None
     if human is None:
         # Never echo the token back, not even a wrong one.
-        return _login_response(request, error="That token is not valid.", status=401)
+        return _login_response(request, error="That token is not valid.", status=401, next_=next_)
     raw = new_token("sbw")
     now = utcnow()
     async with services.db.write() as s:
@@ -316,7 +379,7 @@ async def login(request: web.Request) -> web.StreamResponse:
             .with_for_update()
         )
         if still is None:
-            return _login_response(request, error="That token is not valid.", status=401)
+            return _login_response(request, error="That token is not valid.", status=401, next_=next_)
         s.add(
             WebSession(
                 id_hash=token_hash(raw),
@@ -330,7 +393,7 @@ async def login(request: web.Request) -> web.StreamResponse:
             )
         )
     log.info("web login: human %s", human.handle)
-    response = web.HTTPSeeOther("/ui")
+    response = web.HTTPSeeOther(next_)
     response.set_cookie(
         session_cookie_name(services),
         raw,
@@ -348,7 +411,16 @@ async def logout(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     services = services_of(request)
     async with services.db.write() as s:
         await s.execute(delete(WebSession).where(WebSession.id_hash == viewer.session_hash))
-    response = see_other("/ui/login", "logged_out")
+    response = web.HTTPSeeOther("/ui/login")
+    response.set_cookie(
+        LOGGED_OUT_COOKIE,
+        "1",
+        path="/ui/login",
+        max_age=60,
+        httponly=True,
+        samesite="Strict",
+        secure=_secure(services),
+    )
     response.del_cookie(
         session_cookie_name(services), path="/", secure=_secure(services), httponly=True, samesite="Strict"
     )

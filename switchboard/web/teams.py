@@ -1,19 +1,24 @@
-"""Teams (``/ui/teams``): the viewer's teams and members; create a team, add, change, remove.
+"""Teams (``/ui/teams``): the viewer's teams and members; create a team, add, change, remove
+(after a confirmation), and delete a team that owns nothing.
 
-Owners and admins manage members; only an owner makes, changes or removes an owner; anyone may
-leave. ``tenancy`` keeps the last owner in place.
+Owners and admins manage members; only an owner makes, changes or removes an owner, or deletes the
+team; anyone may leave. ``tenancy`` keeps the last owner in place; ``owners.delete_team`` refuses,
+saying what, while the team still owns endpoints or connections.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from switchboard import tenancy
 from switchboard.errors import invalid, not_found
+from switchboard.owners import delete_team
 from switchboard.services import services_of
-from switchboard.web.forms import see_other, shows_refusals
+from switchboard.web.confirm import confirm_link, confirm_page
+from switchboard.web.forms import ask_first, see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     FormRefusal,
@@ -45,12 +50,9 @@ def member_row(viewer: Viewer, team: str, my_role: str, member: dict[str, Any]) 
         '<tr><td class="mono">{handle}</td><td>{role}</td><td>{actions}</td></tr>',
         handle=handle,
         role=badge(role, "role"),
-        actions=action_form(
-            viewer,
-            f"/ui/teams/{path_part(team)}/members/remove",
+        actions=confirm_link(
+            f"/ui/teams/{path_part(team)}/members/remove?{urlencode({'handle': handle})}",
             "Leave" if leaving else "Remove",
-            cls="danger",
-            fields=hidden("handle", handle),
         )
         if may_remove
         else EMPTY,
@@ -74,11 +76,17 @@ def team_section(viewer: Viewer, team: dict[str, Any]) -> Safe:
                 ]
             ),
         )
+    delete = (
+        h("<p>{link}</p>", link=confirm_link(f"/ui/teams/{path_part(team['slug'])}/delete", "Delete team"))
+        if my_role == "owner"
+        else EMPTY
+    )
     return h(
         '<section class="card"><h2>{slug}</h2><p class="muted">Your role: {role}</p>{members}<p>{add}</p>'
-        "</section>",
+        "{delete}</section>",
         slug=team["slug"],
         role=my_role,
+        delete=delete,
         members=table(
             ("Member", "Role", ""), (member_row(viewer, team["slug"], my_role, m) for m in team["members"])
         ),
@@ -157,14 +165,87 @@ async def member_set(request: web.Request, viewer: Viewer) -> web.StreamResponse
     raise see_other("/ui/teams", "member_saved")
 
 
-@shows_refusals(teams_page)
-async def member_remove(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    handle = viewer.form.get("handle", "").strip()
+async def _removable(request: web.Request, viewer: Viewer, handle: str) -> tuple[str, bool]:
+    """The team in the URL and whether the viewer is leaving it, if they may remove ``handle``."""
     slug, my_role, current = await _roles(request, viewer, handle)
     if current is None:
         raise not_found(f"{handle!r} in team {slug!r}")
     leaving = handle == viewer.handle
     if not leaving and (my_role not in MANAGERS or (current == "owner" and my_role != "owner")):
         raise forbidden("only owners and admins remove members, and only owners remove owners")
+    return slug, leaving
+
+
+@shows_refusals(teams_page)
+async def member_remove_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    handle = request.query.get("handle", "").strip()
+    slug, leaving = await _removable(request, viewer, handle)
+    explain = (
+        h(
+            "<p>You leave team <strong>{t}</strong>: its endpoints, webhooks, connections and todos "
+            "disappear from your pages. Only its owners and admins can add you again.</p>",
+            t=slug,
+        )
+        if leaving
+        else h(
+            "<p><strong>{who}</strong> leaves team <strong>{t}</strong> and no longer sees or manages "
+            "anything of it.</p>",
+            who=handle,
+            t=slug,
+        )
+    )
+    return confirm_page(
+        viewer,
+        question=f"Leave team {slug}?" if leaving else f"Remove {handle} from team {slug}?",
+        explain=explain,
+        action=f"/ui/teams/{path_part(slug)}/members/remove",
+        button="Yes, leave" if leaving else "Yes, remove",
+        back="/ui/teams",
+        active="teams",
+        fields=hidden("handle", handle),
+    )
+
+
+@shows_refusals(teams_page)
+async def member_remove(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    handle = viewer.form.get("handle", "").strip()
+    slug, _ = await _removable(request, viewer, handle)
+    ask_first(request, viewer, ("handle",))
     await tenancy.remove_member(services_of(request).db, slug, handle)
     raise see_other("/ui/teams", "member_removed")
+
+
+def _owned_team(viewer: Viewer, slug: str) -> str:
+    scope = viewer.scope_by_key(f"team:{slug}")
+    if scope is None:
+        raise not_found(f"team {slug!r}")
+    if scope.role != "owner":
+        raise forbidden(f"only an owner of team {slug!r} may delete it")
+    return slug
+
+
+@shows_refusals(teams_page)
+async def team_delete_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    slug = _owned_team(viewer, request.match_info["slug"])
+    return confirm_page(
+        viewer,
+        question=f"Delete team {slug}?",
+        explain=h(
+            "<p>Team <strong>{t}</strong> and its memberships are deleted. A team is deleted only once it "
+            "owns nothing: revoke its endpoints and delete its connections first (the next page says "
+            "what is left, if anything). This cannot be undone.</p>",
+            t=slug,
+        ),
+        action=f"/ui/teams/{path_part(slug)}/delete",
+        button="Yes, delete it",
+        back="/ui/teams",
+        active="teams",
+    )
+
+
+@shows_refusals(teams_page)
+async def team_delete(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    slug = _owned_team(viewer, request.match_info["slug"])
+    ask_first(request, viewer)
+    await delete_team(services_of(request).db, slug, human_id=viewer.human_id)
+    raise see_other("/ui/teams", "team_deleted")

@@ -1,9 +1,14 @@
-"""Webhooks (``/ui/webhooks``): create with a one-time reveal, rotate, set a provider's secret,
-routes, delete.
+"""Webhooks (``/ui/webhooks``): the list with each webhook's health, the create form, and the one
+page that shows a new ingest URL or signing secret.
 
-The ingest URL and a minted ``whsec_`` secret appear only on the reveal page answering the POST
-that made them (create, rotate). A provider-issued secret is typed into a password field and never
-shown back.
+Creating a webhook or rotating its secret seals what must be shown once onto the session
+(``once``) and redirects to ``/ui/webhooks/new``, which shows it once: reloading that page neither
+shows it again nor creates or rotates again. A provider-issued secret is typed into a password
+field and never shown back. The per-webhook actions are in ``webhook_actions``.
+
+Health at a glance: when the newest delivery was stored, the refusals this server process has
+answered since it started (by reason), whether it is paused, and until when a rotated-away secret
+is still accepted.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from typing import Any
 from aiohttp import web
 
 from switchboard import tenancy
-from switchboard.errors import invalid
+from switchboard.health import WebhookHealth, webhook_health
 from switchboard.models import Endpoint, Webhook
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
-from switchboard.web.forms import changes, shows_refusals
+from switchboard.web.confirm import confirm_link
+from switchboard.web.forms import see_other, shows_refusals
 from switchboard.web.html import (
     EMPTY,
     MUTED_DASH,
@@ -29,18 +35,22 @@ from switchboard.web.html import (
     badge,
     card_form,
     dropdown,
+    field,
     h,
-    hidden,
     join,
     kept,
     listing_page,
     mono,
+    muted,
+    page,
     path_part,
     reveal_page,
     same,
     section,
     table,
+    when,
 )
+from switchboard.web.once import gone_page_text, put_reveal, take_reveal
 from switchboard.web.routes import incoming_section
 from switchboard.web.session import Viewer
 
@@ -65,40 +75,44 @@ PROVIDER_SECRET_INPUT = Safe(
     '<input type="password" name="secret" autocomplete="off" '
     'placeholder="provider\'s signing secret" aria-label="signing secret">'
 )
+COLUMNS = ("Webhook", "Endpoint", "Source", "Trust", "Health", "Ingest URL", "Routes", "")
+
+
+def base_of(w: Mapping[str, Any]) -> str:
+    return f"/ui/webhooks/{path_part(str(w['id']))}"
 
 
 def webhook_actions(viewer: Viewer, w: Mapping[str, Any], secret_kind: str) -> Safe:
-    base = f"/ui/webhooks/{path_part(str(w['id']))}"
-    parts: list[Safe] = []
+    base = base_of(w)
+    parts: list[Safe] = [confirm_link(f"{base}/edit", "Edit", "secondary")]
     if secret_kind == "minted":
-        parts.append(action_form(viewer, f"{base}/rotate", "Rotate secret"))
+        parts.append(confirm_link(f"{base}/rotate", "Rotate secret", "secondary"))
+    elif secret_kind == "provider" and w.get("secret_state") == "awaiting":
+        # The first secret replaces nothing: set it right here.
+        parts.append(action_form(viewer, f"{base}/secret", "Set secret", fields=PROVIDER_SECRET_INPUT))
     elif secret_kind == "provider":
-        parts.append(
-            action_form(
-                viewer,
-                f"{base}/secret",
-                "Set secret" if w.get("secret_state") == "awaiting" else "Replace secret",
-                fields=PROVIDER_SECRET_INPUT,
-            )
-        )
+        parts.append(confirm_link(f"{base}/secret", "Replace secret", "secondary"))
+    if w.get("previous_secret_expires_at"):
+        parts.append(confirm_link(f"{base}/expire-previous", "Expire old secret now"))
+    if w.get("paused"):
+        parts.append(action_form(viewer, f"{base}/resume", "Resume"))
+    else:
+        parts.append(action_form(viewer, f"{base}/pause", "Pause"))
     parts.append(action_form(viewer, f"{base}/routes", "Add route", fields=ROUTE_INPUT))
-    parts.append(action_form(viewer, f"{base}/delete", "Delete", cls="danger"))
+    parts.append(confirm_link(f"{base}/delete", "Delete"))
     return h('<div class="actions">{p}</div>', p=join(parts))
 
 
-def routes_cell(viewer: Viewer, w: Mapping[str, Any], manage: bool) -> Safe:
+def routes_cell(w: Mapping[str, Any], manage: bool) -> Safe:
     routes = w.get("routes") or []
     if not routes:
         return MUTED_DASH
-    action = f"/ui/webhooks/{path_part(str(w['id']))}/routes/remove"
+    remove = f"{base_of(w)}/routes/remove"
     return join(
         h(
             "<div>{slug}{remove}</div>",
             slug=mono(slug),
-            remove=h(
-                " {form}",
-                form=action_form(viewer, action, "remove", cls="danger", fields=hidden("endpoint", slug)),
-            )
+            remove=h(" {link}", link=confirm_link(f"{remove}?endpoint={path_part(slug)}", "remove"))
             if manage
             else EMPTY,
         )
@@ -106,21 +120,58 @@ def routes_cell(viewer: Viewer, w: Mapping[str, Any], manage: bool) -> Safe:
     )
 
 
-def webhook_row(viewer: Viewer, services: Services, w: Mapping[str, Any], manage: bool) -> Safe:
+def health_cell(w: Mapping[str, Any], health: WebhookHealth) -> Safe:
+    parts = [
+        badge("paused", "claimed") if w.get("paused") else EMPTY,
+        h(
+            '<div class="nowrap"><span class="muted">last delivery</span> {t}</div>',
+            t=when(health.last_delivery_at) if health.last_delivery_at else muted("none yet"),
+        ),
+    ]
+    if health.refused_total:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted((health.refused or {}).items()))
+        parts.append(
+            h(
+                '<div><span class="flag">{n} refused</span> <span class="muted">({why}; since this server '
+                "started)</span></div>",
+                n=f"{health.refused_total:,}",
+                why=reasons,
+            )
+        )
+    else:
+        parts.append(muted("no refusals since this server started"))
+    if w.get("previous_secret_expires_at"):
+        parts.append(
+            h(
+                '<div class="muted">old secret still accepted until {t}</div>',
+                t=when(w["previous_secret_expires_at"]),
+            )
+        )
+    return join(parts)
+
+
+def webhook_row(
+    viewer: Viewer, services: Services, w: Mapping[str, Any], manage: bool, health: WebhookHealth
+) -> Safe:
     sources = services.providers.sources
     state_text, state_cls = SECRET_STATE.get(str(w["secret_state"]), (str(w["secret_state"]), ""))
+    named = h("<strong>{n}</strong>", n=w["name"]) if w.get("name") else EMPTY
     return h(
-        '<tr><td class="mono">{id}</td><td>{endpoint}<div class="muted">queue {queue}</div></td>'
-        '<td>{source}</td><td>{trust} {secret}</td><td class="mono">{prefix}</td><td>{routes}</td>'
-        "<td>{actions}</td></tr>",
+        '<tr><td class="key">{named}<div class="mono">{id}</div><div class="muted">{about}</div></td>'
+        '<td>{endpoint}<div class="muted">queue {queue}</div></td>'
+        '<td>{source}</td><td>{trust} {secret}</td><td>{health}</td><td class="mono">{prefix}</td>'
+        "<td>{routes}</td><td>{actions}</td></tr>",
+        named=named,
         id=w["id"],
+        about=w.get("description") or "",
         endpoint=mono(w["endpoint"]),
         queue=w["queue"],
         source=w["source"],
         trust=badge(str(w["trust_mode"]), "trust"),
         secret=badge(state_text, state_cls),
+        health=health_cell(w, health),
         prefix=w["ingest_token_prefix"],
-        routes=routes_cell(viewer, w, manage),
+        routes=routes_cell(w, manage),
         actions=webhook_actions(viewer, w, sources[w["source"]].secret if w["source"] in sources else "none")
         if manage
         else EMPTY,
@@ -143,7 +194,7 @@ def create_form(
             '<label for="endpoint">Endpoint</label>{endpoints}'
             '<label for="source">Source kind</label>{sources}'
             '<label for="queue">Queue (optional)</label>'
-            '<input type="text" id="queue" name="queue" value="{queue}">'
+            '<input type="text" id="queue" name="queue" value="{queue}">{name}'
             '<p class="hint">The ingest URL, and for GitHub, Gitea and Cairn the signing secret, are shown '
             "once on the next page. For Slack and Stripe, paste the provider's signing secret afterwards; "
             "until then deliveries are refused. Generic webhooks are unsigned: the URL is the only "
@@ -161,30 +212,59 @@ def create_form(
                 id_="source",
             ),
             queue=form.get("queue", ""),
+            name=name_fields(form),
         ),
         "Create webhook",
     )
 
 
+def name_fields(form: Mapping[str, str]) -> Safe:
+    """The name and description inputs (create form and edit page)."""
+    return join(
+        [
+            field(
+                "name",
+                "Name (optional)",
+                form.get("name", ""),
+                maxlength=tenancy.WEBHOOK_NAME_MAX,
+                placeholder="e.g. acme/api issues",
+            ),
+            field(
+                "description",
+                "Description (optional)",
+                form.get("description", ""),
+                maxlength=tenancy.WEBHOOK_DESCRIPTION_MAX,
+                placeholder="what it is for, who set it up",
+            ),
+        ]
+    )
+
+
 async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefusal | None) -> web.Response:
     services = services_of(request)
-    sections = []
     live_managed: list[Endpoint] = []
+    listed = []
     for scope in viewer.scopes:
         if scope.manage:
             endpoints = await tenancy.list_endpoints(services.db, scope.owner)
             live_managed += [e for e in endpoints if tenancy.endpoint_is_live(e)]
-        hooks = await tenancy.list_webhooks(services.db, owner=scope.owner)
-        sections.append(
-            section(
-                scope.label,
-                table(
-                    ("Webhook", "Endpoint", "Source", "Trust", "Ingest URL", "Routes", ""),
-                    (webhook_row(viewer, services, w, scope.manage) for w in hooks),
-                    empty="No webhooks.",
+        listed.append((scope, await tenancy.list_webhooks(services.db, owner=scope.owner)))
+    ids = [w["id"] for _, hooks in listed for w in hooks]
+    health = await webhook_health(services.db, services.metrics, ids)
+    sections = [
+        section(
+            scope.label,
+            table(
+                COLUMNS,
+                (
+                    webhook_row(viewer, services, w, scope.manage, health.get(w["id"], WebhookHealth()))
+                    for w in hooks
                 ),
-            )
+                empty="No webhooks.",
+            ),
         )
+        for scope, hooks in listed
+    ]
     sections.append(await incoming_section(request, viewer))
     return listing_page(
         request,
@@ -192,7 +272,9 @@ async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefus
         refusal,
         title="Webhooks",
         intro="Each webhook is an ingest URL owned by one endpoint; routes fan its deliveries out to more "
-        "endpoints. Secrets and ingest URLs are never shown again after creation.",
+        "endpoints. Secrets and ingest URLs are never shown again after creation. A paused webhook "
+        "answers 503 with Retry-After and stores nothing; after a rotation the old secret still verifies "
+        "for a while, so the provider can be updated.",
         create=create_form(services, viewer, live_managed, kept(refusal)),
         # With no endpoint to deliver into, the page says so in plain sight instead of a fold.
         create_label="Create a webhook" if live_managed else None,
@@ -200,34 +282,71 @@ async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefus
     )
 
 
-def webhook_reveal(
+# ---------------------------------------------------------------------------------------------
+# The one-time reveal
+
+
+async def reveal_webhook(
+    request: web.Request,
     viewer: Viewer,
-    services: Services,
     *,
     heading: str,
     webhook: Webhook,
     endpoint_slug: str,
     ingest_token: str | None,
     secret: str | None,
-) -> web.Response:
-    kind = services.providers.sources.get(webhook.source)
+) -> web.HTTPSeeOther:
+    """Seal what the reveal page shows onto the session; the redirect to it."""
+    services = services_of(request)
+    url = tenancy.ingest_url(services.settings.base_url, ingest_token) if ingest_token else None
+    await put_reveal(
+        request,
+        viewer,
+        "webhook",
+        {
+            "heading": heading,
+            "webhook": webhook.id,
+            "endpoint": endpoint_slug,
+            "source": webhook.source,
+            "queue": webhook.queue,
+            "ingest_url": url,
+            "secret": secret,
+            "overlap_until": webhook.previous_secret_expires_at.isoformat()
+            if webhook.previous_secret_expires_at
+            else None,
+        },
+    )
+    return see_other("/ui/webhooks/new")
+
+
+def _reveal_parts(services: Services, shown: Mapping[str, Any]) -> list[Safe]:
+    kind = services.providers.sources.get(str(shown.get("source")))
     parts: list[Safe] = []
-    if ingest_token is not None:
+    if shown.get("ingest_url"):
         parts.append(
             h(
                 "<h3>Ingest URL</h3><p>Configure the provider to POST to:</p>"
                 '<code class="secret">{url}</code>',
-                url=tenancy.ingest_url(services.settings.base_url, ingest_token),
+                url=shown["ingest_url"],
             )
         )
-    if secret is not None:
+    if shown.get("secret"):
         parts.append(
             h(
                 "<h3>Signing secret</h3><p>Give the provider this secret; deliveries are verified "
                 'against it.</p><code class="secret">{secret}</code>',
-                secret=secret,
+                secret=shown["secret"],
             )
         )
+        if shown.get("overlap_until"):
+            parts.append(
+                h(
+                    "<p>The previous secret is still accepted until {t}, so deliveries signed with it "
+                    "keep landing while you update the provider. If it leaked, expire it now from the "
+                    '<a href="/ui/webhooks">webhooks page</a>.</p>',
+                    t=when(shown["overlap_until"]),
+                )
+            )
     elif kind is not None and kind.secret == "provider":
         parts.append(
             Safe(
@@ -237,21 +356,37 @@ def webhook_reveal(
         )
     elif kind is not None and kind.secret == "none":
         parts.append(Safe("<p>Unsigned webhook: anyone holding the URL can deliver. Keep it private.</p>"))
-    return reveal_page(
+    return parts
+
+
+async def reveal(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The new webhook's ingest URL and secret, or a rotated secret, once; a reload has nothing."""
+    shown = await take_reveal(request, viewer, "webhook")
+    if shown is None:
+        body = h(
+            '<h1>Nothing to show</h1><p>{text}</p><p><a href="/ui/webhooks">Webhooks</a></p>',
+            text=gone_page_text(
+                "ingest URL or signing secret",
+                "rotate the secret (minted kinds), or delete the webhook and create a new one",
+            ),
+        )
+        return page("Webhook", body, viewer, active="webhooks", status=410)
+    response = reveal_page(
         viewer,
-        title=heading,
-        heading=heading,
+        title=str(shown["heading"]),
+        heading=str(shown["heading"]),
         active="webhooks",
         lead="Copy this now. It is shown only this once",
         detail="Switchboard keeps only a hash of the URL and an encrypted copy of the secret.",
-        content=join(parts),
+        content=join(_reveal_parts(services_of(request), shown)),
         facts=[
-            ("webhook", mono(webhook.id)),
-            ("endpoint", endpoint_slug),
-            ("source", webhook.source),
-            ("queue", webhook.queue),
+            ("webhook", mono(shown["webhook"])),
+            ("endpoint", shown["endpoint"]),
+            ("source", shown["source"]),
+            ("queue", shown["queue"]),
         ],
     )
+    return response
 
 
 @shows_refusals(webhooks_page, create_form=True)
@@ -268,80 +403,16 @@ async def webhook_create(request: web.Request, viewer: Viewer) -> web.StreamResp
         endpoint_slug=slug,
         source=viewer.form.get("source", ""),
         queue=viewer.form.get("queue", "").strip() or None,
+        name=viewer.form.get("name"),
+        description=viewer.form.get("description"),
     )
     log.info("web: %s created webhook %s on %s", viewer.handle, created.webhook.id, slug)
-    return webhook_reveal(
+    raise await reveal_webhook(
+        request,
         viewer,
-        services,
         heading="Webhook created",
         webhook=created.webhook,
         endpoint_slug=slug,
         ingest_token=created.ingest_token,
         secret=created.secret,
     )
-
-
-async def managed_webhook(request: web.Request, viewer: Viewer) -> tuple[Webhook, Endpoint]:
-    """The webhook in the URL and its endpoint, if the viewer may manage it."""
-    async with services_of(request).db.read() as s:
-        webhook, endpoint = await viewer.owned(s, Webhook, request.match_info["webhook_id"], "webhook")
-    viewer.managing(Owner.of(endpoint), "change its webhooks")
-    return webhook, endpoint
-
-
-webhook_change = changes(webhooks_page, "/ui/webhooks", managed_webhook)
-
-
-@shows_refusals(webhooks_page)
-async def webhook_rotate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    services = services_of(request)
-    webhook, endpoint = await managed_webhook(request, viewer)
-    secret = await tenancy.rotate_webhook_secret(services.db, services.vault, services.providers, webhook.id)
-    log.info("web: %s rotated webhook %s", viewer.handle, webhook.id)
-    return webhook_reveal(
-        viewer,
-        services,
-        heading="Webhook secret rotated",
-        webhook=webhook,
-        endpoint_slug=endpoint.slug,
-        ingest_token=None,
-        secret=secret,
-    )
-
-
-@webhook_change
-async def webhook_set_secret(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
-    services, webhook = services_of(request), found[0]
-    await tenancy.set_webhook_secret(
-        services.db, services.vault, services.providers, webhook.id, viewer.form.get("secret", "")
-    )
-    log.info("web: %s set the secret of webhook %s", viewer.handle, webhook.id)
-    return "secret_set"
-
-
-@webhook_change
-async def webhook_delete(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
-    webhook = found[0]
-    await tenancy.delete_webhook(services_of(request).db, webhook.id)
-    log.info("web: %s deleted webhook %s", viewer.handle, webhook.id)
-    return "webhook_deleted"
-
-
-@webhook_change
-async def route_add(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
-    services, webhook = services_of(request), found[0]
-    slug = viewer.form.get("endpoint", "").strip()
-    if not slug:
-        raise invalid("name the endpoint to route to")
-    async with services.db.read() as s:
-        # An endpoint the viewer cannot see does not exist, as far as they can tell.
-        await viewer.endpoint(s, slug)
-    await tenancy.add_route(services.db, webhook.id, slug, consenting_human_id=viewer.human_id)
-    return "route_added"
-
-
-@webhook_change
-async def route_remove(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
-    slug = viewer.form.get("endpoint", "").strip()
-    await tenancy.remove_route(services_of(request).db, found[0].id, slug)
-    return "route_removed"
