@@ -137,6 +137,17 @@ async def _plaintext_warning(app: web.Application) -> None:
         )
 
 
+# Every 503 (the database is away, the process is shutting down) tells the client when to retry.
+RETRY_AFTER_SECONDS = 5
+
+
+async def _retry_after(request: web.Request, response: web.StreamResponse) -> None:
+    """Any surface's 503 without its own ``Retry-After`` gets one: a sender or agent should come
+    back once the database (or the process) is back, not hammer it or give up."""
+    if response.status == 503 and "Retry-After" not in response.headers:
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+
+
 async def healthz(request: web.Request) -> web.Response:
     services = services_of(request)
     try:
@@ -247,6 +258,7 @@ def make_app(services: Services) -> web.Application:
     app[SERVICES] = services
     app.cleanup_ctx.append(_resources)
     app.on_startup.append(_plaintext_warning)
+    app.on_response_prepare.append(_retry_after)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     ingest.setup(app)

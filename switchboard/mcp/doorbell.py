@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
 
-from switchboard.db import utcnow
+from switchboard.db import is_unavailable, utcnow
 from switchboard.models import Todo
 from switchboard.services import Services
 
@@ -39,6 +39,16 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http import StreamableHTTPServerTransport
 
 log = logging.getLogger("switchboard.doorbell")
+
+
+def _failed(exc: Exception, what: str) -> None:
+    """A ring that failed: a database outage is one warning line (the sweep rings later), anything
+    else a bug with its traceback."""
+    if is_unavailable(exc):
+        log.warning("%s: the database is unavailable (%s)", what, type(exc).__name__)
+    else:
+        log.exception("%s", what)
+
 
 CHANNEL_METHOD = "notifications/claude/channel"
 CAPABILITY = "claude/channel"
@@ -171,14 +181,14 @@ class Doorbell:
         """Ring here at once, and tell the other processes (PostgreSQL)."""
         try:
             await self.ring_ids(todo_ids)
-        except Exception:
-            log.exception("ringing new todos failed")
+        except Exception as exc:
+            _failed(exc, "ringing new todos failed")
         if not self.services.db.is_sqlite:
             try:
                 await self._publish(todo_ids)
-            except Exception:
+            except Exception as exc:
                 # Their sweep still finds the todos due within a few seconds.
-                log.exception("publishing new todos to other processes failed")
+                _failed(exc, "publishing new todos to other processes failed")
 
     async def ring_ids(self, todo_ids: Iterable[str]) -> int:
         listening = self._listening()
@@ -254,8 +264,8 @@ class Doorbell:
                 ).all()
             for todo in todos:
                 await self._ring(todo, [session])
-        except Exception:
-            log.exception("ringing session %s for missed todos failed", session.id[:8])
+        except Exception as exc:
+            _failed(exc, f"ringing session {session.id[:8]} for missed todos failed")
 
     async def _ring(self, todo: Todo, candidates: list[LiveSession]) -> int:
         sessions = [
@@ -324,8 +334,8 @@ class Doorbell:
     async def _ring_quietly(self, ids: list[str]) -> None:
         try:
             await self.ring_ids(ids)
-        except Exception:
-            log.exception("ringing published todos failed")
+        except Exception as exc:
+            _failed(exc, "ringing published todos failed")
 
     async def listen(self) -> None:
         """Hold a dedicated LISTEN connection, reconnecting until cancelled."""
