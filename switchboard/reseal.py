@@ -44,15 +44,14 @@ class Resealed:
 
 
 async def plaintext_count(services: Services) -> int:
-    """Secrets stored in plaintext (webhook signing secrets, and connections for completeness)."""
+    """Secrets stored in plaintext: webhook signing secrets (the current one, and the previous one
+    a rotation keeps for its overlap), and connections' for completeness."""
+    counted = 0
     async with services.db.read() as s:
-        webhooks = await s.scalar(
-            select(func.count()).select_from(Webhook).where(Webhook.secret_key_id == PLAINTEXT_KEY_ID)
-        )
-        connections = await s.scalar(
-            select(func.count()).select_from(Connection).where(Connection.secret_key_id == PLAINTEXT_KEY_ID)
-        )
-    return int(webhooks or 0) + int(connections or 0)
+        for column in (Webhook.secret_key_id, Webhook.previous_secret_key_id, Connection.secret_key_id):
+            found = await s.scalar(select(func.count()).where(column == PLAINTEXT_KEY_ID))
+            counted += int(found or 0)
+    return counted
 
 
 async def _seal_rows(s: AsyncSession, services: Services) -> int:
@@ -60,27 +59,35 @@ async def _seal_rows(s: AsyncSession, services: Services) -> int:
     count = 0
     # The rows are locked by the write transaction (FOR UPDATE on PostgreSQL; SQLite's BEGIN
     # IMMEDIATE holds the database), so a concurrent rotate cannot be overwritten by a stale copy.
-    rows: list[Webhook | Connection] = list(
-        (
-            await s.scalars(
-                select(Webhook).where(Webhook.secret_key_id == PLAINTEXT_KEY_ID).with_for_update()
-            )
-        ).all()
+    webhooks = await s.scalars(
+        select(Webhook)
+        .where(
+            (Webhook.secret_key_id == PLAINTEXT_KEY_ID) | (Webhook.previous_secret_key_id == PLAINTEXT_KEY_ID)
+        )
+        .with_for_update()
     )
-    rows += list(
-        (
-            await s.scalars(
-                select(Connection).where(Connection.secret_key_id == PLAINTEXT_KEY_ID).with_for_update()
-            )
-        ).all()
+    for webhook in webhooks.all():
+        # The previous secret is sealed under the same binding as the current one (it is the
+        # current one's envelope, kept by a rotation).
+        aad = binding("webhooks", "secret", webhook.id)
+        if webhook.secret_key_id == PLAINTEXT_KEY_ID and webhook.secret_ciphertext is not None:
+            secret = vault.open(webhook.secret_ciphertext, PLAINTEXT_KEY_ID, aad)
+            webhook.secret_ciphertext, webhook.secret_key_id = vault.seal(secret, aad)
+            count += 1
+        if (
+            webhook.previous_secret_key_id == PLAINTEXT_KEY_ID
+            and webhook.previous_secret_ciphertext is not None
+        ):
+            secret = vault.open(webhook.previous_secret_ciphertext, PLAINTEXT_KEY_ID, aad)
+            webhook.previous_secret_ciphertext, webhook.previous_secret_key_id = vault.seal(secret, aad)
+            count += 1
+    connections = await s.scalars(
+        select(Connection).where(Connection.secret_key_id == PLAINTEXT_KEY_ID).with_for_update()
     )
-    for row in rows:
-        if row.secret_ciphertext is None:
-            continue
-        table = "webhooks" if isinstance(row, Webhook) else "connections"
-        aad = binding(table, "secret", row.id)
-        secret = vault.open(row.secret_ciphertext, PLAINTEXT_KEY_ID, aad)
-        row.secret_ciphertext, row.secret_key_id = vault.seal(secret, aad)
+    for connection in connections.all():
+        aad = binding("connections", "secret", connection.id)
+        secret = vault.open(connection.secret_ciphertext, PLAINTEXT_KEY_ID, aad)
+        connection.secret_ciphertext, connection.secret_key_id = vault.seal(secret, aad)
         count += 1
     await s.flush()
     return count

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import event, select
 from sqlalchemy.engine import make_url
 
-from switchboard import reseal, tenancy
+from switchboard import reseal, tenancy, webhook_ops
 from switchboard.app import make_app
 from switchboard.errors import SwitchboardError
 from switchboard.models import Webhook
@@ -54,10 +54,10 @@ async def plaintext_world(services: Services) -> dict[str, str]:
     """Webhooks made without a key: two minted secrets (one rotated, so an older plaintext was
     freed), a provider-issued one, and 41 deleted ones. Returns {webhook id: current secret}, the
     rotated-away secret ("old"), the deleted ones ("gone", and "gone_too" space-separated) and the
-    first webhook's ingest token ("token_a")."""
+    first two webhooks' ingest tokens ("token_a", "token_b")."""
     bare = without_key(services)
     token_a, secret_a, id_a = await make_webhook(bare, "github", endpoint="ada-agent")
-    _, old, id_b = await make_webhook(bare, "github", endpoint="ada-agent")
+    token_b, old, id_b = await make_webhook(bare, "github", endpoint="ada-agent")
     _, secret_c, id_c = await make_webhook(bare, "slack", endpoint="ada-agent")
     _, gone, id_gone = await make_webhook(bare, "github", endpoint="ada-agent")
     # Enough deleted webhooks to free whole pages, whose old content SQLite keeps unless told.
@@ -82,6 +82,7 @@ async def plaintext_world(services: Services) -> dict[str, str]:
         "gone": gone,
         "gone_too": gone_too,
         "token_a": token_a,
+        "token_b": token_b,
     }
 
 
@@ -99,23 +100,30 @@ async def test_reseal_seals_every_plaintext_secret_and_leaves_no_copy(services: 
     if services.db.is_sqlite:
         secure_delete_off_by_default(services)
     world = await plaintext_world(services)
-    secrets = [world[k] for k in world if k not in ("token_a", "gone_too")] + world["gone_too"].split()
+    secrets = [world[k] for k in world if k not in ("token_a", "token_b", "gone_too")] + world[
+        "gone_too"
+    ].split()
     assert len(secrets) == 45
     current = {k: v for k, v in world.items() if k.startswith("wh")}
     if services.db.is_sqlite:
         # The test could fail: before the reseal the plaintext is in the files.
         assert any(s.encode() in raw_bytes(services) for s in secrets)
-    assert await reseal.plaintext_count(services) == 3
+    # Three current secrets, and the previous one the rotation keeps for its overlap.
+    assert await reseal.plaintext_count(services) == 4
 
     done = await reseal.reseal(services)
-    assert done.count == 3
+    assert done.count == 4
     assert await reseal.plaintext_count(services) == 0
     async with services.db.read() as s:
         rows = (await s.scalars(select(Webhook))).all()
     assert {row.secret_key_id for row in rows} == {services.vault.key_id}
+    [rotated] = [row for row in rows if row.previous_secret_ciphertext is not None]
+    assert rotated.previous_secret_key_id == services.vault.key_id
+    assert webhook_ops.previous_secret(services.vault, rotated) == world["old"]
     for row in rows:
         assert row.secret_ciphertext is not None
-        assert all(secret.encode() not in row.secret_ciphertext for secret in secrets)
+        for sealed in (row.secret_ciphertext, row.previous_secret_ciphertext or b""):
+            assert all(secret.encode() not in sealed for secret in secrets)
         assert tenancy.webhook_secret(services.vault, row) == current[row.id]
 
     if services.db.is_sqlite:
@@ -142,8 +150,12 @@ async def test_resealed_secrets_still_verify_deliveries(services: Services) -> N
         headers = github_headers(world[webhook_a], ISSUE, "issues", "d-resealed")
         status, answer, _ = await post(base_url, world["token_a"], ISSUE, headers)
         assert status == 202 and answer["verified"] is True, answer
-        # The rotated-away secret stays refused.
+        # The rotated-away secret, resealed too, still verifies during its overlap.
         headers = github_headers(world["old"], ISSUE, "issues", "d-old")
+        status, answer, _ = await post(base_url, world["token_b"], ISSUE, headers)
+        assert status == 202 and answer["verified"] is True, answer
+        # Another webhook's secret is refused.
+        headers = github_headers(world["old"], ISSUE, "issues", "d-other")
         status, _, _ = await post(base_url, world["token_a"], ISSUE, headers)
         assert status == 401
     finally:
@@ -155,7 +167,7 @@ async def test_reseal_without_a_key_is_refused(services: Services) -> None:
     with pytest.raises(SwitchboardError) as err:
         await reseal.reseal(without_key(services))
     assert err.value.code == "encryption_required"
-    assert await reseal.plaintext_count(services) == 3
+    assert await reseal.plaintext_count(services) == 4
 
 
 async def test_the_server_warns_with_the_count_at_start(
@@ -168,7 +180,7 @@ async def test_the_server_warns_with_the_count_at_start(
     await server.close()
     warnings = [r.getMessage() for r in caplog.records if "db reseal" in r.getMessage()]
     assert warnings == [
-        "3 secret(s) are stored in plaintext from before SWITCHBOARD_SECRET_ENCRYPTION_KEY was "
+        "4 secret(s) are stored in plaintext from before SWITCHBOARD_SECRET_ENCRYPTION_KEY was "
         "configured; run `switchboard db reseal` to seal them"
     ]
     caplog.clear()
@@ -185,9 +197,9 @@ async def test_serve_warns_and_the_cli_reseals(services: Services, switchboard_s
     await services.db.dispose()
     server = await switchboard_serve.start()
     await server.stop()
-    assert "3 secret(s) are stored in plaintext" in server.check_log()
+    assert "4 secret(s) are stored in plaintext" in server.check_log()
     answer = await server.cli("db", "reseal")
-    assert answer["resealed"] == 3
+    assert answer["resealed"] == 4
     assert answer["wal_truncated"] is (True if services.db.is_sqlite else None)
     again = await server.run("db", "reseal")
     assert again.returncode == 0 and again.stdout.strip() == "sealed 0 plaintext-stored secret(s)"
