@@ -19,6 +19,9 @@ Stand-in providers
 Processes
     ``switchboard_serve``  real ``switchboard serve`` processes on the test database
                          (``await switchboard_serve.start({"log_level": "DEBUG"})``), stopped at the end
+Browser
+    ``chromium``         Debian's Chromium driven by Playwright (``testing.browser``); skips, saying
+                         why, where it is missing, except under CI where that fails
 
 The async fixtures need pytest-asyncio (the ``test`` extra of switchboard).
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -42,6 +45,7 @@ from switchboard.mcp.doorbell import Doorbell
 from switchboard.outbound import Outbound
 from switchboard.services import Services
 from switchboard.settings import Settings
+from switchboard.testing import browser as test_browser
 from switchboard.testing.database import (
     TEST_ENCRYPTION_KEY,
     create_migrated,
@@ -53,6 +57,9 @@ from switchboard.testing.providers import FakeProvider, FakeProviders
 from switchboard.testing.serve import ServeProcesses
 from switchboard.testing.tls import guarded_client, tls
 from switchboard.vault import Vault
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser
 
 try:
     from pytest_asyncio import fixture as async_fixture
@@ -222,3 +229,19 @@ async def switchboard_serve(database_url: str, tmp_path: Path) -> AsyncIterator[
         yield servers
     finally:
         await servers.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Browser
+
+
+@async_fixture
+async def chromium() -> AsyncIterator[Browser]:
+    """A headless Chromium (``/usr/bin/chromium``, never a downloaded one) for this test."""
+    why = test_browser.missing()
+    if why is not None:
+        if test_browser.required():
+            pytest.fail(f"the browser tests must run under CI, but {why}")
+        pytest.skip(why)
+    async with test_browser.chromium() as browser:
+        yield browser

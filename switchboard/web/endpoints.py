@@ -141,7 +141,7 @@ def age(since: datetime) -> str:
 
 def health_cell(health: EndpointHealth, sessions: int | None) -> Safe:
     """Last activity, live MCP sessions (this server process's), and the pending backlog's age."""
-    activity = when(health.last_activity_at) if health.last_activity_at else muted("never claimed")
+    activity = when(health.last_activity_at) if health.last_activity_at else muted("never")
     if health.pending and health.oldest_pending_at is not None:
         waiting = h(
             '{n} pending, oldest <span title="{at} UTC">{age}</span>',
@@ -157,7 +157,7 @@ def health_cell(health: EndpointHealth, sessions: int | None) -> Safe:
         else h("{n} live MCP session{s}", n=sessions, s="" if sessions == 1 else "s")
     )
     return h(
-        '<div class="nowrap"><span class="muted">active</span> {activity}</div>'
+        '<div class="nowrap"><span class="muted">last activity</span> {activity}</div>'
         "<div>{live}</div><div>{waiting}</div>",
         activity=activity,
         live=live,
