@@ -30,6 +30,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard.db import is_unavailable, utcnow
+from switchboard.delivery_records import DELIVERY_RECORDER, DeliveryRecorder
 from switchboard.echo import own_reply_scopes
 from switchboard.ids import new_id, token_hash
 from switchboard.ingest_admission import Admission, RateLimiter
@@ -274,6 +275,8 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
             disposition=disposition,
         ),
         disposition,
+        decision.rows.event["id"],
+        decision.key,
     )
 
 
@@ -390,7 +393,12 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remot
         )
         if verdict.error == "invalid_body":
             raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
-        raise Refusal(401, "signature_invalid", "the delivery's signature did not verify")
+        raise Refusal(
+            401,
+            "signature_invalid",
+            "the delivery's signature did not verify",
+            detail=clean_line(verdict.detail, 200),
+        )
     return verdict
 
 
@@ -517,13 +525,14 @@ async def handle_webhook(request: web.Request) -> web.Response:
     started = time.perf_counter()
     # The source label is known once the webhook is found; refusals before that count as "unknown".
     seen = {"source": "unknown"}
-    disposition, reason = "refused", ""
+    disposition, reason, detail = "refused", "", ""
+    outcome = None
     try:
         outcome = await _ingest(request, services, request.app[INGEST_LIMITER], seen)
         response, disposition = outcome.response, outcome.disposition
     except Refusal as refusal:
         response = refusal.response()
-        reason = refusal.code
+        reason, detail = refusal.code, refusal.detail
     except Exception as exc:
         if not is_unavailable(exc):
             raise
@@ -531,10 +540,16 @@ async def handle_webhook(request: web.Request) -> web.Response:
         # sender's retry loses nothing. A 503 tells it to retry; a 500 would look like our bug.
         log.warning("ingest: database unavailable (%s); answered 503", type(exc).__name__)
         response = Refusal(503, "unavailable", "the database is unavailable; retry later").response()
-        reason = "unavailable"
+        reason = detail = "unavailable"
     if disposition == "refused" and "webhook" in seen:
-        # Every refusal of a known webhook is visible to its operator, per webhook and reason.
-        request.app[INGEST_ADMISSION].refusals.refused(seen["webhook"], reason, _client(request))
+        # Every refusal of a known webhook is visible to its operator, per webhook and reason:
+        # counted, and noted in its delivery log (written later, off this path; see delivery_records).
+        client = _client(request)
+        request.app[INGEST_ADMISSION].refusals.refused(seen["webhook"], reason, client)
+        request.app[DELIVERY_RECORDER].refused(seen["webhook"], response.status, reason, detail, client)
+    elif disposition == "duplicate" and outcome is not None:
+        recorder = request.app[DELIVERY_RECORDER]
+        recorder.duplicate(seen["webhook"], outcome.key, outcome.event_id, _client(request))
     source = seen["source"]
     services.metrics.inc(
         "switchboard_ingest_total", source=source, status=str(response.status), disposition=disposition
@@ -557,6 +572,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await app[INGEST_WRITER].close()
+        await app[DELIVERY_RECORDER].close()
         if listener is not None:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -571,6 +587,7 @@ def setup(app: web.Application) -> None:
     app[INGEST_ADMISSION] = Admission(services.metrics, settings.trusted_proxy_networks)
     app[INGEST_WRITER] = IngestWriter(services)
     app[INGEST_CONFIGS] = ConfigCache()
+    app[DELIVERY_RECORDER] = DeliveryRecorder(services)
     # After ``_resources`` (app.py): cleaned up before the database pool is disposed of.
     app.cleanup_ctx.append(_lifetime)
     app.router.add_post("/webhooks/{ingest_token}", handle_webhook)

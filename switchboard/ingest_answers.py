@@ -30,9 +30,12 @@ class Refusal(Exception):
         *,
         headers: dict[str, str] | None = None,
         close: bool = False,
+        detail: str = "",
     ) -> None:
         super().__init__(code)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        # For the delivery log only (never in the answer): e.g. the verifier's reason.
+        self.detail = detail or message
         # Close the connection after answering: the rest of the body cannot be read anyway.
         self.close = close
 
@@ -50,6 +53,9 @@ class Outcome:
     response: web.Response
     # routed | self_reply | duplicate | ignored, or "handshake" for an answered url_verification.
     disposition: str
+    # The event stored (or, for a duplicate, the original) and the delivery key: the delivery log's.
+    event_id: str | None = None
+    key: str | None = None
 
 
 async def original(s: AsyncSession, webhook_id: str, key: str, secondary: str | None) -> Event | None:
@@ -89,7 +95,7 @@ async def duplicate(
         trust_mode=found.trust_mode,
         disposition="duplicate",
     )
-    return Outcome(response, "duplicate")
+    return Outcome(response, "duplicate", found.id, key)
 
 
 def accepted(

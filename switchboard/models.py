@@ -190,6 +190,40 @@ class Event(Base):
     trust_mode: Mapped[str] = mapped_column(String(10))
     disposition: Mapped[str] = mapped_column(String(12))
     received_at: Mapped[datetime] = mapped_column(index=True)
+    # An operator's redelivery of a stored delivery: the event it repeats (``deliveries``). Its
+    # delivery key is derived from that event's id and a counter, so it never takes the original's.
+    redelivery_of: Mapped[str | None] = mapped_column(String(40))
+
+
+# The delivery log of one webhook, newest first, pages by id (``deliveries``).
+Index("ix_events_webhook_log", Event.webhook_id, Event.id)
+
+
+class DeliveryRecord(Base):
+    """A delivery of a known webhook that stored no event: a refusal (401, 408, 413, 429, 503, 400)
+    or a duplicate of one stored before. A small row, never a header or the body, so an operator
+    sees it in the webhook's delivery log. Written off the hot path (``delivery_records``), bounded
+    per webhook and minute (the rest counted in one row, ``count``), pruned after a few days."""
+
+    __tablename__ = "delivery_records"
+    __table_args__ = (
+        CheckConstraint("disposition IN ('refused', 'duplicate')", name="disposition"),
+        Index("ix_delivery_records_webhook_log", "webhook_id", "id"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    received_at: Mapped[datetime] = mapped_column(index=True)
+    disposition: Mapped[str] = mapped_column(String(12))
+    status: Mapped[int] = mapped_column(Integer)
+    # The refusal's code (signature_invalid, rate_limited, …); empty for a duplicate.
+    reason: Mapped[str] = mapped_column(String(40))
+    detail: Mapped[str] = mapped_column(String(200))
+    # A duplicate: its delivery key and the stored event it repeated (gone if that was pruned).
+    delivery_key: Mapped[str | None] = mapped_column(String(200))
+    original_event_id: Mapped[str | None] = mapped_column(String(40))
+    # How many deliveries this row stands for: 1, or the refusals of one minute past the bound.
+    count: Mapped[int] = mapped_column(Integer)
+    client: Mapped[str | None] = mapped_column(String(100))
 
 
 class Todo(Base):
