@@ -11,11 +11,21 @@ once, is what registers them.
 
 from __future__ import annotations
 
-from switchboard.cli import connections, endpoints, humans, instance, routes, teams, todos, webhooks
+from switchboard.cli import (
+    connections,
+    endpoints,
+    humans,
+    instance,
+    plugin_new,
+    routes,
+    teams,
+    todos,
+    webhooks,
+)
 from switchboard.cli.group import main
 
 # Importing a command module registers its commands on `main`; naming the modules here says so
 # (and keeps the imports from reading as unused).
-COMMAND_MODULES = (instance, humans, teams, endpoints, webhooks, routes, connections, todos)
+COMMAND_MODULES = (instance, humans, teams, endpoints, webhooks, routes, connections, todos, plugin_new)
 
 __all__ = ["COMMAND_MODULES", "main"]
