@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, select
+from sqlalchemy import BindParameter, Select, Table, bindparam, inspect, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
@@ -93,8 +94,14 @@ class WebhookConfig:
 
 
 def _columns(row: DeclarativeBase) -> tuple[Any, ...]:
-    table = row.__table__
-    return tuple(getattr(row, column.key) for column in table.columns)
+    """Every column of a row, in the table's order: what a Core select of the table returns."""
+    return tuple(getattr(row, key) for key in _attribute_keys(type(row)))
+
+
+@functools.cache
+def _attribute_keys(model: type[DeclarativeBase]) -> tuple[str, ...]:
+    mapper = inspect(model)
+    return tuple(mapper.get_property_by_column(column).key for column in model.__table__.columns)
 
 
 def _config(webhook: Webhook, owner: Endpoint, routed: list[Endpoint]) -> WebhookConfig:
@@ -102,14 +109,7 @@ def _config(webhook: Webhook, owner: Endpoint, routed: list[Endpoint]) -> Webhoo
     return WebhookConfig(webhook, owner, tuple(routed), stamp)
 
 
-async def _assemble(
-    s: AsyncSession, found: Select[Webhook, Endpoint], lock: bool
-) -> dict[str, WebhookConfig]:
-    if lock:
-        # PostgreSQL: FOR SHARE, so a revocation, rotation or deletion waits for this transaction
-        # (and this one reads what such a change committed). SQLite renders nothing: its write
-        # transaction already holds the database's one write lock.
-        found = found.with_for_update(read=True)
+async def _assemble(s: AsyncSession, found: Select[Webhook, Endpoint]) -> dict[str, WebhookConfig]:
     pairs = (await s.execute(found)).all()
     if not pairs:
         return {}
@@ -119,8 +119,6 @@ async def _assemble(
         .where(Route.webhook_id.in_([webhook.id for webhook, _ in pairs]))
         .order_by(Route.webhook_id, Route.created_at, Route.id)
     )
-    if lock:
-        routes = routes.with_for_update(read=True)
     routed: dict[str, list[Endpoint]] = {}
     for webhook_id, endpoint in await s.execute(routes):
         routed.setdefault(webhook_id, []).append(endpoint)
@@ -133,16 +131,51 @@ def _with_owner() -> Select[Webhook, Endpoint]:
 
 async def config_by_token_hash(s: AsyncSession, ingest_token_hash: str) -> WebhookConfig | None:
     """The configuration of the webhook an ingest token names (two statements), or None."""
-    found = await _assemble(s, _with_owner().where(Webhook.ingest_token_hash == ingest_token_hash), False)
+    found = await _assemble(s, _with_owner().where(Webhook.ingest_token_hash == ingest_token_hash))
     return next(iter(found.values()), None)
 
 
-async def configs_by_id(
-    s: AsyncSession, webhook_ids: Iterable[str], *, lock: bool
-) -> dict[str, WebhookConfig]:
-    """The configurations of these webhooks as they are now, by webhook id (absent: deleted)."""
+# The writer's re-check reads the same rows through Core (no ORM objects: only their stamps are
+# compared), with statements built once. FOR SHARE on PostgreSQL, so a revocation, a rotation or a
+# deletion waits for the writer's transaction (and the writer reads what such a change committed);
+# SQLite renders nothing, its write transaction already holds the database's one write lock.
+_WEBHOOKS = cast(Table, Webhook.__table__)
+_ENDPOINTS = cast(Table, Endpoint.__table__)
+_ROUTES = cast(Table, Route.__table__)
+_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+_OWNED = (
+    select(_WEBHOOKS, _ENDPOINTS)
+    .join_from(_WEBHOOKS, _ENDPOINTS, _ENDPOINTS.c.id == _WEBHOOKS.c.endpoint_id)
+    .where(_WEBHOOKS.c.id.in_(_IDS))
+    .order_by(_WEBHOOKS.c.id)
+    .with_for_update(read=True)
+)
+_ROUTED = (
+    select(_ROUTES.c.webhook_id, _ENDPOINTS)
+    .join_from(_ROUTES, _ENDPOINTS, _ENDPOINTS.c.id == _ROUTES.c.endpoint_id)
+    .where(_ROUTES.c.webhook_id.in_(_IDS))
+    .order_by(_ROUTES.c.webhook_id, _ROUTES.c.created_at, _ROUTES.c.id)
+    .with_for_update(read=True)
+)
+
+
+async def current_stamps(s: AsyncSession, webhook_ids: Iterable[str]) -> dict[str, tuple[Any, ...]]:
+    """The stamps of these webhooks' configurations as they are now, share-locked, by webhook id
+    (absent: deleted). Two statements, whatever the number of webhooks."""
     ids = sorted(set(webhook_ids))
-    return await _assemble(s, _with_owner().where(Webhook.id.in_(ids)).order_by(Webhook.id), lock)
+    width = len(_WEBHOOKS.columns)
+    owned = {
+        row[0]: (tuple(row[:width]), tuple(row[width:])) for row in await s.execute(_OWNED, {"ids": ids})
+    }
+    if not owned:
+        return {}
+    routed: dict[str, list[tuple[Any, ...]]] = {}
+    for row in await s.execute(_ROUTED, {"ids": list(owned)}):
+        routed.setdefault(row[0], []).append(tuple(row[1:]))
+    return {
+        webhook_id: (webhook, owner, tuple(routed.get(webhook_id, ())))
+        for webhook_id, (webhook, owner) in owned.items()
+    }
 
 
 class ConfigCache:

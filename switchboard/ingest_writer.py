@@ -35,7 +35,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.db import is_unavailable, utcnow
-from switchboard.ingest_config import WebhookConfig, configs_by_id
+from switchboard.ingest_config import WebhookConfig, current_stamps
 from switchboard.models import Event, Todo
 from switchboard.services import Services
 
@@ -47,6 +47,11 @@ Status = Literal["stored", "duplicate", "stale", "failed", "unavailable"]
 
 EVENTS = cast(Table, Event.__table__)
 TODOS = cast(Table, Todo.__table__)
+# Built once: an event that hits a unique key is skipped, and only the ids that went in come back.
+_SQLITE_NEW_EVENTS = sqlite.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
+_PG_NEW_EVENTS = postgresql.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
+_SQLITE_INSERTS = {TODOS.name: sqlite.insert(TODOS)}
+_PG_INSERTS = {TODOS.name: postgresql.insert(TODOS)}
 
 
 @dataclass(frozen=True)
@@ -173,13 +178,13 @@ class IngestWriter:
         statuses: list[Status] = ["stale"] * len(batch)
         async with self.services.db.write() as session:
             now = utcnow()
-            current = await configs_by_id(session, (rows.config.id for rows in batch), lock=True)
+            current = await current_stamps(session, (rows.config.id for rows in batch))
             keep: list[int] = []
             for n, rows in enumerate(batch):
-                config = current.get(rows.config.id)
-                if config is None or config.stamp != rows.config.stamp:
+                if current.get(rows.config.id) != rows.config.stamp:
                     continue
-                if tuple(t.endpoint_id for t in config.targets(now)) != rows.target_ids:
+                # The same rows: their live targets now (an endpoint may have expired since).
+                if tuple(t.endpoint_id for t in rows.config.targets(now)) != rows.target_ids:
                     continue
                 keep.append(n)
             if not keep:
@@ -195,14 +200,11 @@ class IngestWriter:
         return statuses
 
     def _insert(self, table: Table) -> Insert:
-        return sqlite.insert(table) if self.services.db.is_sqlite else postgresql.insert(table)
+        return (_SQLITE_INSERTS if self.services.db.is_sqlite else _PG_INSERTS)[table.name]
 
     async def _insert_events(self, conn: AsyncConnection, events: list[dict[str, Any]]) -> set[str]:
         """Insert the events, skipping any that hit a unique key; the ids that went in."""
-        if self.services.db.is_sqlite:
-            statement = sqlite.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
-        else:
-            statement = postgresql.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
+        statement = _SQLITE_NEW_EVENTS if self.services.db.is_sqlite else _PG_NEW_EVENTS
         return {str(event_id) for event_id in (await conn.execute(statement, events)).scalars()}
 
     async def _ring(self, stored: list[Rows]) -> None:

@@ -935,9 +935,11 @@ async def test_no_live_target_is_503(services: Services, base_url: str) -> None:
 async def test_source_kind_without_an_installed_provider_is_503(services: Services, base_url: str) -> None:
     token, _, webhook_id = await make_webhook(services, "generic")
     async with services.db.write() as s:
-        await s.execute(update(Webhook).where(Webhook.id == webhook_id).values(source="plain"))
+        await s.execute(update(Webhook).where(Webhook.id == webhook_id).values(source="nonesuch"))
     status, answer, _ = await post(base_url, token, b"{}", {})
-    assert status == 503 and "no installed provider" in answer["message"] and "'plain'" in answer["message"]
+    assert (
+        status == 503 and "no installed provider" in answer["message"] and "'nonesuch'" in answer["message"]
+    )
     await _nothing_stored(services)
 
 
