@@ -6,9 +6,9 @@ rows. The group-commit writer reads the configurations of its batch again, by we
 own transaction (share-locked on PostgreSQL; SQLite's write lock already excludes every other
 writer) and stores a delivery only if the stamp still matches and its live targets are still the
 same. A delivery decided on a configuration that has since changed is handed back to be decided
-again. So a revoked endpoint never gets a todo once its revocation has committed, a rotated secret
-is never verified against after the rotation, and a deleted webhook stores nothing, whichever
-process made the change.
+again. So a revoked endpoint never gets a todo once its revocation has committed, a delivery is
+stored only if it verified against the secrets the webhook's row holds at the commit, and a deleted
+webhook stores nothing, whichever process made the change.
 
 That is what lets the request path serve configurations from a per-process cache (``ConfigCache``)
 without a read per delivery. The cache is emptied when this process changes a webhook, a route or an
@@ -22,8 +22,14 @@ flight) costs at most one more decision, never a wrong answer:
   on the very next delivery.
 
 Chosen over ``PRAGMA data_version`` (it moves on every commit by any connection, so every ingest
-batch and claim would empty the cache) and over a time to live (stale for its length, and a read
-per delivery after it): the writer's check costs two statements per batch, not per delivery.
+batch and claim would empty the cache, and reading it is still a read per delivery), over a
+``config_version`` row (a read per delivery, and a migration) and over a time to live (stale for its
+length, so a revocation would not be obeyed at once): the writer's check costs two statements per
+batch, not a read per delivery. Measured on the 2-core development machine under load (best of
+five runs of 60): the check adds about 0.4-0.7 ms to a batch's transaction on SQLite and 1-3 ms on
+PostgreSQL (its share locks make the commit write), where one small read per delivery costs about
+1.5 ms (SQLite) and 0.9 ms (PostgreSQL), and the uncached lookup 2.6-3 ms; under load a batch holds
+many deliveries.
 """
 
 from __future__ import annotations
