@@ -1,5 +1,5 @@
 """Cairn's wire format end to end over real HTTP: the artifact.created body as Cairn sends it
-(``fixtures/``), signed and posted to the running app, becomes a todo with a reply address; an agent
+(``data/``), signed and posted to the running app, becomes a todo with a reply address; an agent
 on the MCP SDK client adds the owner's connection, claims and replies; the stand-in Cairn records the
 comment; the comment coming back as a comment event mints nothing, a person's comment does. Runs on
 the test database's engine (SQLite, or PostgreSQL with ``SWITCHBOARD_TEST_DATABASE_URL``)."""
@@ -25,7 +25,7 @@ from switchboard.testing import (
     vend,
 )
 
-WIRE = json.loads((Path(__file__).parent / "fixtures" / "artifact.created.json").read_text())
+WIRE = json.loads((Path(__file__).parent / "data" / "artifact.created.json").read_text())
 
 
 def artifact_created(base_url: str) -> bytes:

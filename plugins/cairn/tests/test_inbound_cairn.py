@@ -1,4 +1,4 @@
-"""The cairn source kind's callables, called directly, on Cairn's wire format (``fixtures/``: the
+"""The cairn source kind's callables, called directly, on Cairn's wire format (``data/``: the
 artifact.created body as Cairn sends it) and on the shape Switchboard 0.1 read."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from switchboard.sdk import Delivery, EchoClues, Verdict, reply_marker
 from switchboard.testing import hexmac
 
-WIRE = json.loads((Path(__file__).parent / "fixtures" / "artifact.created.json").read_text())
+WIRE = json.loads((Path(__file__).parent / "data" / "artifact.created.json").read_text())
 SECRET = "whsec_cairn_test"
 # The fixture's created_at: deliveries arrive at that moment unless a test says otherwise.
 NOW = datetime(2026, 9, 11, 12, 0, 0, tzinfo=UTC)
