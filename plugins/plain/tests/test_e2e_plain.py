@@ -69,7 +69,8 @@ async def test_plain_end_to_end(switchboard_serve: ServeProcesses, fake_provider
     sb = await switchboard_serve.start({"plain_api_url": fake.base_url})
     vended, ingest_url, tested = await _set_up(sb)
     # The key's machine user is recorded: that is how its replies are recognised when they come back.
-    assert tested["ok"] is True and tested["detail"] == f"authenticated as machine user {MACHINE_USER}", tested
+    assert tested["ok"] is True, tested
+    assert tested["detail"] == f"authenticated as machine user {MACHINE_USER}"
     listener = ChannelListener()
     async with (
         aiohttp.ClientSession() as http,
