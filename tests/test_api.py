@@ -306,7 +306,7 @@ async def test_webhooks_secrets_once_and_scope_isolation(
     await alice.error(
         "POST",
         "/webhooks",
-        {"endpoint": "alice-bot", "source": "linear"},
+        {"endpoint": "alice-bot", "source": "no_such_kind"},
         status=400,
         code="invalid_argument",
     )

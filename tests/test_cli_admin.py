@@ -376,7 +376,7 @@ def test_webhook_errors_routes_and_delete(cli: Cli, database_url: str) -> None:
     ok(cli("human", "add", "bob", "--json"))
     ok(cli("endpoint", "vend", "--name", "Bob Bot", "--owner", "bob", "--queue", "triage", "--json"))
     ok(cli("endpoint", "vend", "--name", "Bob CI", "--owner", "bob", "--queue", "ci", "--json"))
-    err(cli("webhook", "create", "--endpoint", "alice-bot", "--source", "linear"), "invalid_argument")
+    err(cli("webhook", "create", "--endpoint", "alice-bot", "--source", "no_such_kind"), "invalid_argument")
     err(cli("webhook", "create", "--endpoint", "nobody", "--source", "github"), "not_found")
     err(
         cli("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--queue", "other"),

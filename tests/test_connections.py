@@ -113,7 +113,7 @@ async def test_unusable_account_keys_are_invalid(
 @pytest.mark.parametrize(
     "bad",
     [
-        {"kind": "linear"},
+        {"kind": "no_such_kind"},
         {"name": ""},
         {"name": "two\nlines"},
         {"secret": ""},
