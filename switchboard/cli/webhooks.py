@@ -1,4 +1,5 @@
-"""``switchboard webhook``: ingest URLs and their signing secrets (minted ones printed once)."""
+"""``switchboard webhook``: ingest URLs and their signing secrets (minted ones printed once), and each
+webhook's delivery log: ``deliveries``, ``delivery``, ``redeliver`` and ``test``."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from typing import Any
 
 import click
 
-from switchboard import tenancy
+from switchboard import deliveries, tenancy
 from switchboard.cli.group import main
 from switchboard.cli.inputs import read_secret
 from switchboard.cli.output import emit, json_option, table
 from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.ingest_writer import IngestWriter
 from switchboard.paging import page_of
 from switchboard.services import Services
 
@@ -169,3 +171,122 @@ def webhook_delete(webhook_id: str, as_json: bool) -> None:
 
     do(go)
     emit(as_json, {"webhook": webhook_id, "deleted": True}, f"webhook {webhook_id} deleted")
+
+
+def _delivery_line(d: dict[str, Any]) -> list[str]:
+    what = d["disposition"] + (f":{d['reason']}" if d["reason"] else "")
+    if d["count"] > 1:
+        what += f" (x{d['count']})"
+    marks = []
+    if d["redelivery_of"]:
+        marks.append(f"redelivery of {d['redelivery_of']}")
+    if d["original"]:
+        marks.append(f"duplicate of {d['original']}")
+    todos = ",".join(t["id"] for t in d["todos"])
+    return [
+        d["id"],
+        d["received_at"] or "",
+        str(d["status"]),
+        what,
+        d["event"] or "",
+        d["delivery_key"] or "",
+        {True: "verified", False: "unverified", None: ""}[d["verified"]],
+        f"todos:{todos}" if todos else "",
+        "; ".join(marks),
+    ]
+
+
+@webhook_group.command("deliveries")
+@click.argument("webhook_id")
+@page_options(default=50)
+@json_option
+def webhook_deliveries(
+    webhook_id: str, before: str | None, after: str | None, limit: int, as_json: bool
+) -> None:
+    """The webhook's delivery log, newest first: stored deliveries with their todos, refusals
+    (status and reason) and duplicates. Times are UTC."""
+
+    async def go(services: Services) -> Any:
+        await tenancy.get_webhook(services.db, webhook_id)
+        return await deliveries.list_deliveries(
+            services.db, webhook_id, before=before, after=after, limit=limit
+        )
+
+    page = do(go)
+    emit(
+        as_json,
+        page.answer("deliveries", page.rows),
+        lambda: with_hint(table([_delivery_line(d) for d in page.rows], "no deliveries"), page),
+    )
+
+
+@webhook_group.command("delivery")
+@click.argument("webhook_id")
+@click.argument("delivery_id")
+@json_option
+def webhook_delivery(webhook_id: str, delivery_id: str, as_json: bool) -> None:
+    """One delivery: its row, redacted headers and (with --json, base64) the raw body."""
+
+    async def go(services: Services) -> dict[str, Any]:
+        return await deliveries.delivery_detail(services.db, webhook_id, delivery_id)
+
+    d = do(go)
+
+    def text_out() -> str:
+        lines = [" ".join(part for part in _delivery_line(d) if part), f"detail: {d['detail']}"]
+        lines += [f"header {name}: {value}" for name, value in d["headers"].items()]
+        if d["stored"]:
+            lines.append(f"body: {d['body_bytes']} bytes, sha256 {d['body_sha256']} (--json: body_base64)")
+        return "\n".join(lines)
+
+    emit(as_json, {"delivery": d}, text_out)
+
+
+async def _made(services: Services, make: Any) -> deliveries.Made:
+    # Through ingest's own group-commit writer, as the server stores a delivery.
+    writer = IngestWriter(services)
+    try:
+        made: deliveries.Made = await make(writer)
+    finally:
+        await writer.close()
+    return made
+
+
+def _made_text(made: deliveries.Made) -> str:
+    what = f"redelivery of {made.redelivery_of}" if made.redelivery_of else "test delivery"
+    todos = ", ".join(made.todos) if made.todos else "no todo"
+    return f"{what}: delivery {made.event_id} {made.disposition}; {todos}"
+
+
+@webhook_group.command("redeliver")
+@click.argument("webhook_id")
+@click.argument("event_id")
+@json_option
+def webhook_redeliver(webhook_id: str, event_id: str, as_json: bool) -> None:
+    """Run a stored delivery through ingest again as a new delivery, marked as a redelivery of it:
+    the webhook's routes as they are now decide, and it mints NEW todos (its key is
+    redelivery:<event>:<n>, so it never counts as the original's duplicate)."""
+
+    async def go(services: Services) -> deliveries.Made:
+        return await _made(
+            services, lambda w: deliveries.redeliver(services, w, webhook_id, event_id, by="the command line")
+        )
+
+    made = do(go)
+    emit(as_json, deliveries.made_view(made), _made_text(made))
+
+
+@webhook_group.command("test")
+@click.argument("webhook_id")
+@json_option
+def webhook_test(webhook_id: str, as_json: bool) -> None:
+    """Send the kind's signed hello through ingest (github, gitea, cairn: a ping, stored as
+    ignored; generic: switchboard.test, routed to a todo); other kinds cannot."""
+
+    async def go(services: Services) -> deliveries.Made:
+        return await _made(
+            services, lambda w: deliveries.send_test(services, w, webhook_id, by="the command line")
+        )
+
+    made = do(go)
+    emit(as_json, deliveries.made_view(made), _made_text(made))
