@@ -60,6 +60,8 @@ NOTICES: dict[str, str] = {
     "todo_requeued": "Todo requeued: it is pending again with a fresh attempt budget.",
     "todo_released": "Claim released: the todo is pending again.",
     "todo_cancelled": "Todo cancelled.",
+    "delivery_redelivered": "Redelivered: this is the new delivery, with any todos it minted.",
+    "test_delivery_sent": "Test delivery sent through ingest: this is how it was decided.",
     "todos_requeued": "The matching todos were requeued: they are pending again. Any still listed were "
     "left alone (another scope's, a revoked endpoint's, or past the limit of one go).",
 }

@@ -127,6 +127,7 @@ def health_cell(w: Mapping[str, Any], health: WebhookHealth) -> Safe:
             '<div class="nowrap"><span class="muted">last delivery</span> {t}</div>',
             t=when(health.last_delivery_at) if health.last_delivery_at else muted("none yet"),
         ),
+        h('<div><a href="{b}/deliveries">Deliveries</a></div>', b=base_of(w)),
     ]
     if health.refused_total:
         reasons = ", ".join(f"{reason} {n}" for reason, n in sorted((health.refused or {}).items()))
