@@ -95,6 +95,9 @@ async def test_log_shows_routed_duplicate_and_refused_with_todos(
     todo_id = first["todos"][0]["id"]
     assert [t["id"] for t in routed["todos"]] == [todo_id]
     assert (routed["status"], routed["verified"], routed["event"]) == (202, True, "issues.opened")
+    # Linked both ways: the todo names the delivery that minted it.
+    shown = (await ada.ok("GET", f"/todos/{todo_id}"))["todo"]
+    assert shown["delivery"] == {"id": routed["id"], "webhook": webhook_id}
     assert page["next_before"] is None and page["next_after"] is None
 
     # Cursor pages: one row at a time, both ways, no gaps or repeats.

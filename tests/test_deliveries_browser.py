@@ -62,6 +62,8 @@ async def test_the_delivery_log_page(
     # The todo is linked from its delivery.
     await page.click(f"tr.delivery.routed a:text('{todo_id}')")
     assert page.url == f"{base_url}/ui/todos/{todo_id}"
+    await page.click("a.mono:text('ev_')")  # and the todo page links back to its delivery
+    assert page.url.startswith(f"{base_url}/ui/webhooks/{webhook_id}/deliveries/ev_")
 
     # The routed delivery's page: redacted headers, the body as a download (never rendered).
     await page.goto(f"{base_url}/ui/webhooks/{webhook_id}/deliveries")

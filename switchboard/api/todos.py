@@ -332,6 +332,15 @@ SCHEMAS: dict[str, Any] = {
                 "items": ref("TodoEvent"),
                 "description": "Operators' actions, oldest first.",
             },
+            "delivery": {
+                "anyOf": [
+                    obj({"id": {"type": "string"}, "webhook": {"type": "string"}}, ["id", "webhook"]),
+                    {"type": "null"},
+                ],
+                "description": "The webhook delivery that minted it (GET "
+                "/webhooks/{webhook}/deliveries/{id}); null when it came from elsewhere or its webhook "
+                "is gone.",
+            },
         }
     ),
     "TodoDetailEnvelope": obj({"todo": ref("TodoDetail")}, ["todo"]),

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, rfc3339
 from switchboard.errors import invalid, not_found
-from switchboard.models import Endpoint, Todo, TodoEvent
+from switchboard.models import Endpoint, Event, Todo, TodoEvent
 from switchboard.paging import Page, check_page
 from switchboard.tenancy import Owner, scope_filter
 from switchboard.todos.views import replies_summary, todo_detail, todo_row
@@ -320,6 +320,13 @@ async def show_in_scopes(db: Database, todo_id: str, *, scopes: list[Owner] | No
             ).all()
         )
         history = await todo_history(s, todo.id)
+        # The webhook delivery that minted it (GET /webhooks/{webhook}/deliveries/{id} shows it).
+        webhook_id = (
+            await s.scalar(select(Event.webhook_id).where(Event.id == todo.event_id))
+            if todo.event_id
+            else None
+        )
     for attempt in detail["attempts"]:
         attempt["endpoint"] = slugs.get(attempt["endpoint_id"], attempt["endpoint_id"])
-    return {**detail, "endpoint": endpoint.slug, "history": history}
+    delivery = {"id": todo.event_id, "webhook": webhook_id} if todo.event_id and webhook_id else None
+    return {**detail, "endpoint": endpoint.slug, "history": history, "delivery": delivery}

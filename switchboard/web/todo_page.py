@@ -19,7 +19,7 @@ from aiohttp import web
 from sqlalchemy import select
 
 from switchboard.errors import SwitchboardError
-from switchboard.models import Attempt, Endpoint, Todo
+from switchboard.models import Attempt, Endpoint, Event, Todo
 from switchboard.provider import no_address
 from switchboard.reply import replies_of
 from switchboard.services import Services, services_of
@@ -276,6 +276,12 @@ async def render(
             ).all()
         )
         history = await todo_history(s, todo.id)
+        # The delivery that minted it (its webhook's delivery log links back here).
+        webhook_id = (
+            await s.scalar(select(Event.webhook_id).where(Event.id == todo.event_id))
+            if todo.event_id
+            else None
+        )
     replies = await replies_of(services, todo.id)
     facts: list[tuple[str, object]] = [
         ("id", mono(todo.id)),
@@ -291,6 +297,9 @@ async def render(
         ("finished", utc(todo.finished_at)),
         ("payload size", f"{todo.payload_size:,} bytes"),
     ]
+    if todo.event_id and webhook_id:
+        delivery = f"/ui/webhooks/{path_part(webhook_id)}/deliveries/{path_part(todo.event_id)}"
+        facts.append(("delivery", h('<a href="{u}" class="mono">{id}</a>', u=delivery, id=todo.event_id)))
     if todo.dead_letter:
         facts.insert(5, ("dead letter", todo_ops.dead_reason_text(todo.dead_reason)))
     body = h(
