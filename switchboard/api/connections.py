@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from switchboard import connections as owner_connections
 from switchboard.api.caller import Caller
-from switchboard.api.openapi import list_of, obj, ref
+from switchboard.api.openapi import OPEN_OBJECT, TIMESTAMP, deleted, list_of, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
 from switchboard.models import Connection
@@ -190,7 +190,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Delete a connection.",
         "connections",
         delete_connection,
-        "Deleted",
+        "ConnectionDeleted",
         errors=(400, 401, 403, 404),
     ),
     Operation(
@@ -205,29 +205,60 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
 )
 
+# A test's verdict, as the test answers it and as the connection keeps it (``last_test``).
+_VERDICT = {
+    "ok": {"type": ["boolean", "null"], "description": "null: not tested since the secret was rotated."},
+    "error_class": {"type": ["string", "null"], "description": "auth, network, … when not ok."},
+    "detail": {"type": "string", "description": "What the provider said (never a secret)."},
+    "tested_at": TIMESTAMP,
+}
+
 SCHEMAS: dict[str, Any] = {
     "Connection": obj(
         {
             "id": {"type": "string"},
-            "owner": {"type": "string"},
+            "owner": {"type": "string", "description": "human:HANDLE or team:SLUG"},
+            "owner_id": {"type": "string", "description": "The owning human's or team's id."},
             "kind": {"type": "string"},
             "name": {"type": "string"},
             "account_key": {"type": "string"},
             "fingerprint": {"type": "string"},
             "targets": {"type": ["array", "null"], "items": {"type": "string"}},
             "endpoints": {"type": ["array", "null"], "items": {"type": "string"}},
-            "config": {"type": ["object", "null"]},
-            "last_test": {"type": ["object", "null"]},
+            "config": {**OPEN_OBJECT, "description": "Kind-specific settings."},
+            "last_test": {
+                "anyOf": [
+                    obj(
+                        {
+                            **_VERDICT,
+                            "facts": {
+                                **OPEN_OBJECT,
+                                "description": "What a passing test learned (e.g. a Slack bot id).",
+                            },
+                        },
+                        ["ok", "error_class", "detail", "tested_at"],
+                    ),
+                    {"type": "null"},
+                ]
+            },
+            "blocked_until": {
+                **TIMESTAMP,
+                "description": "After a provider's 429: no reply is dialled with it before then.",
+            },
+            "created_at": TIMESTAMP,
+            "updated_at": TIMESTAMP,
         },
-        ["id", "kind", "name", "account_key", "fingerprint"],
+        # A team member sees only these; owners and admins all of the above.
+        ["id", "owner", "kind", "name", "account_key", "fingerprint"],
     ),
     "ConnectionEnvelope": obj({"connection": ref("Connection")}, ["connection"]),
     "ConnectionList": list_of("connections", "Connection"),
+    "ConnectionDeleted": deleted("connection", "connection's id"),
     "ConnectionTest": obj(
         {
             "connection": {"type": "string"},
-            "test": obj({"ok": {"type": "boolean"}, "error_class": {"type": ["string", "null"]}}),
+            "test": obj(_VERDICT, ["ok", "error_class", "detail", "tested_at"]),
         },
-        ["test"],
+        ["connection", "test"],
     ),
 }

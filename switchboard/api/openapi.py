@@ -3,6 +3,12 @@ table and the response schemas the resource modules declare beside their rows.
 
 The helpers here (``obj``, ``ref``, ``list_of``, ``TIMESTAMP``) are what those modules write their
 schemas with; ``document`` puts the table and the schemas together.
+
+Every object schema ``obj`` writes is closed (``additionalProperties: false``): a field the server
+returns but the document does not name makes a response invalid, so the contract test
+(``tests/test_api_schemathesis.py``, schemathesis against a live server) catches any drift. Only
+what is the caller's or a provider's own data (a payload, a result, a reply address, a config) is
+an open object.
 """
 
 from __future__ import annotations
@@ -16,7 +22,30 @@ TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
 
 
 def obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": props, **({"required": required} if required else {})}
+    """A closed object: exactly these properties (``required`` of them always present)."""
+    return {
+        "type": "object",
+        "properties": props,
+        **({"required": required} if required else {}),
+        "additionalProperties": False,
+    }
+
+
+# Data that is not ours to shape: a payload, an agent's result, a reply address, a kind's config.
+OPEN_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def deleted(key: str, what: str) -> dict[str, Any]:
+    """A deletion's answer: the id (or slug) of what was deleted under ``key``, and ``deleted``."""
+    return obj(
+        {key: {"type": "string", "description": f"The {what} deleted."}, "deleted": {"type": "boolean"}},
+        [key, "deleted"],
+    )
 
 
 def ref(name: str) -> dict[str, Any]:
@@ -41,23 +70,35 @@ def list_of(key: str, item: str) -> dict[str, Any]:
     return obj({key: {"type": "array", "items": ref(item)}, **CURSORS}, [key, *CURSORS])
 
 
-# The schemas no one resource owns: the error every route may answer, and a deletion's answer.
+# The schemas no one resource owns: the error every route may answer.
 SHARED_SCHEMAS: dict[str, Any] = {
-    "Error": obj(
-        {"error": {"type": "string", "description": "Stable error code."}, "message": {"type": "string"}},
-        ["error", "message"],
-    ),
-    "Deleted": obj({"deleted": {"type": "boolean"}}, ["deleted"]),
+    "Error": {
+        "type": "object",
+        "properties": {
+            "error": {"type": "string", "description": "Stable error code."},
+            "message": {"type": "string"},
+            "quota": {"type": "string", "description": "With `conflict` at a quota: which one."},
+            "limit": {"type": "integer", "description": "With `conflict` at a quota: its limit."},
+        },
+        "required": ["error", "message"],
+        "additionalProperties": False,
+    },
 }
 
 _ERROR_TEXT = {
-    400: "Bad input: `invalid_body` (not a JSON object) or `invalid_argument`.",
+    400: "Bad input: `invalid_body` (not a JSON object), `duplicate_key` (a JSON object names a key "
+    "twice) or `invalid_argument` (a field, query parameter or value the route refuses).",
     401: "Missing or unknown token (`unauthorized`).",
     403: "Visible but not yours to change (`forbidden`).",
     404: "No such thing in the caller's scopes (`not_found`).",
-    409: "`conflict` (duplicate, or a team's last owner) or `encryption_required`.",
-    503: "The database cannot be reached (`unavailable`); retry.",
+    408: "The body did not arrive within 30 s (`request_timeout`); the connection is closed.",
+    409: "`conflict` (a duplicate, a team's last owner, a revoked endpoint, a state the action does "
+    "not apply to, an owner at its endpoint quota) or `encryption_required`.",
+    413: "The body is larger than 5 MiB (`payload_too_large`).",
+    503: "The database cannot be reached, or a stored secret cannot be opened (`unavailable`); retry.",
 }
+# Every route may answer these whatever it does: bodies are bounded and the database may be away.
+_ALWAYS = (408, 413, 503)
 
 
 def _operation(op: Operation) -> dict[str, Any]:
@@ -84,7 +125,10 @@ def _operation(op: Operation) -> dict[str, Any]:
                 "description": "OK" if op.status == 200 else "Created",
                 "content": {"application/json": {"schema": ref(op.response)}},
             },
-            **{str(code): {"description": _ERROR_TEXT[code], **error} for code in (*op.errors, 503)},
+            **{
+                str(code): {"description": _ERROR_TEXT[code], **error}
+                for code in sorted({*op.errors, *_ALWAYS})
+            },
         },
     }
     if parameters:
@@ -118,8 +162,10 @@ def document(operations: Iterable[Operation], schemas: Mapping[str, Any]) -> dic
             "version": "1",
             "description": "Manage your own and your teams' endpoints, webhooks, connections and todos. "
             "Authenticate with your personal token: `Authorization: Bearer sbo_…`. Another scope's ids "
-            "answer 404. Unknown fields are refused. Tokens and secrets appear once, in the response "
-            "that makes them.",
+            "answer 404. Unknown fields, repeated keys and repeated query parameters are refused. Tokens "
+            "and secrets appear once, in the response that makes them. A method a path does not take "
+            "answers 405 (`method_not_allowed`, with `Allow`); an unknown path under /api/v1 answers "
+            "404 (`not_found`); every error is an `Error` object.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],

@@ -47,6 +47,8 @@ class Param:
     enum: tuple[str, ...] | None = None
     minimum: int | None = None
     maximum: int | None = None
+    # The longest string accepted (refused beyond it, never cut).
+    max_length: int | None = None
 
     def schema(self) -> dict[str, Any]:
         base: dict[str, Any]
@@ -62,6 +64,8 @@ class Param:
             base["minimum"] = self.minimum
         if self.maximum is not None:
             base["maximum"] = self.maximum
+        if self.max_length is not None:
+            base["maxLength"] = self.max_length
         if self.nullable and "type" in base:
             base["type"] = [base["type"], "null"]
         if self.description:
@@ -157,6 +161,8 @@ def _type_ok(param: Param, value: Any) -> bool:
         ok = (param.minimum is None or value >= param.minimum) and (
             param.maximum is None or value <= param.maximum
         )
+    if ok and param.type == "string" and param.max_length is not None:
+        ok = len(value) <= param.max_length
     return ok
 
 
@@ -168,11 +174,26 @@ def _describe(param: Param) -> str:
     )
     if param.type == "integer" and (param.minimum is not None or param.maximum is not None):
         noun += f" between {param.minimum} and {param.maximum}"
+    if param.type == "string" and param.max_length is not None:
+        noun += f" of at most {param.max_length} characters"
     return noun + (" or null" if param.nullable else "")
 
 
 def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice: which value was meant is not ours to guess."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise DuplicateKey(key)
+        data[key] = value
+    return data
 
 
 def _finite_float(text: str) -> float:
@@ -198,7 +219,16 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
         data: Any = {}
     else:
         try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+            data = json.loads(
+                raw.decode("utf-8"),
+                parse_constant=_reject_constant,
+                parse_float=_finite_float,
+                object_pairs_hook=_no_duplicates,
+            )
+        except DuplicateKey as exc:
+            raise SwitchboardError(
+                "duplicate_key", f"the request body names the key {str(exc)[:100]!r} more than once"
+            ) from None
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise SwitchboardError("invalid_body", "the request body is not valid JSON") from None
     if not isinstance(data, dict):

@@ -12,11 +12,12 @@ from typing import Any
 from sqlalchemy import select
 
 from switchboard import tenancy
-from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
+from switchboard.api.openapi import TIMESTAMP, deleted, list_of, obj, ref
 from switchboard.api.routing import Operation, Param, Request, page_query, paged
 from switchboard.db import Database
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.models import Human, Membership
+from switchboard.owners import delete_team
 
 
 async def _team_view(req: Request, slug: str) -> dict[str, Any]:
@@ -78,6 +79,13 @@ async def delete_member(req: Request) -> tuple[int, dict[str, Any]]:
     return 200, {"team": await _team_view(req, slug)}
 
 
+async def remove_team(req: Request) -> tuple[int, dict[str, Any]]:
+    slug = req.path["slug"]
+    req.caller.team_scope(slug)  # another human's team is a 404, as if it did not exist
+    await delete_team(req.services.db, slug, human_id=req.caller.human.id)
+    return 200, {"team": slug, "deleted": True}
+
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "GET",
@@ -109,6 +117,17 @@ OPERATIONS: tuple[Operation, ...] = (
         "teams",
         get_team,
         "TeamEnvelope",
+    ),
+    Operation(
+        "DELETE",
+        "/teams/{slug}",
+        "deleteTeam",
+        "Delete a team (its owners only) once it owns nothing: while it still owns endpoints (revoked "
+        "ones too) or connections it is a 409 saying what.",
+        "teams",
+        remove_team,
+        "TeamDeleted",
+        errors=(400, 401, 403, 404, 409),
     ),
     Operation(
         "PUT",
@@ -151,4 +170,5 @@ SCHEMAS: dict[str, Any] = {
         {"team": {"oneOf": [ref("Team"), {"type": "string"}]}, "removed": {"type": "string"}}, ["team"]
     ),
     "TeamList": list_of("teams", "Team"),
+    "TeamDeleted": deleted("team", "team's slug"),
 }

@@ -20,6 +20,7 @@ from switchboard.errors import not_found
 from switchboard.tenancy import Owner
 from switchboard.todos import (
     BOARD_STATES,
+    TITLE_LIMIT,
     OPERATOR_LIMIT_MAX,
     STATES,
     TodoFilter,
@@ -166,10 +167,16 @@ OPERATIONS: tuple[Operation, ...] = (
         push_todo,
         "TodoEnvelope",
         status=201,
-        errors=(400, 401, 403, 404),
+        errors=(400, 401, 403, 404, 409),
         body=(
-            Param("endpoint", "string", "The endpoint's slug.", required=True),
-            Param("title", "string", "One-line title.", required=True),
+            Param("endpoint", "string", "The endpoint's slug (409 once it is revoked).", required=True),
+            Param(
+                "title",
+                "string",
+                f"One-line title, at most {TITLE_LIMIT} characters (longer is refused, never cut).",
+                required=True,
+                max_length=TITLE_LIMIT,
+            ),
             Param("queue", "string", "Queue (default: the endpoint's first)."),
             Param("payload", "any", "Any JSON value (default {})."),
         ),
@@ -279,6 +286,49 @@ _TODO_PROPS: dict[str, Any] = {
     ),
 }
 
+_ATTEMPT = obj(
+    {
+        "number": {"type": "integer"},
+        "endpoint_id": {"type": "string"},
+        "endpoint": {"type": "string", "description": "The claiming endpoint's slug."},
+        "claimed_at": TIMESTAMP,
+        "lease_expires_at": TIMESTAMP,
+        "heartbeats": {"type": "integer"},
+        "last_heartbeat_at": TIMESTAMP,
+        "outcome": {"type": ["string", "null"], "description": "null while the attempt is open."},
+        "summary": {"type": ["string", "null"]},
+        "error": {"type": ["string", "null"]},
+        "ended_at": TIMESTAMP,
+    },
+    ["number", "endpoint_id", "claimed_at", "lease_expires_at", "heartbeats", "outcome", "ended_at"],
+)
+
+# A reply row (``todos.views.reply_view``): never its text (only the hash), never a secret.
+_REPLY = obj(
+    {
+        "id": {"type": "string"},
+        "state": {"type": "string", "enum": ["pending", "sent", "failed", "unknown"]},
+        "connection": obj(
+            {
+                "id": {"type": ["string", "null"]},
+                "name": {"type": "string"},
+                "fingerprint": {"type": "string"},
+            },
+            ["id", "name", "fingerprint"],
+        ),
+        "address_kind": {"type": "string"},
+        "display": {"type": "string"},
+        "text_hash": {"type": "string", "description": "SHA-256 of the text; the text is not kept."},
+        "provider_object_id": {"type": ["string", "null"]},
+        "permalink": {"type": ["string", "null"]},
+        "error_class": {"type": ["string", "null"]},
+        "error_code": {"type": ["string", "null"]},
+        "created_at": TIMESTAMP,
+        "updated_at": TIMESTAMP,
+    },
+    ["id", "state", "connection", "address_kind", "display", "created_at", "updated_at"],
+)
+
 _EVENT = obj(
     {
         "id": {"type": "string"},
@@ -314,19 +364,8 @@ SCHEMAS: dict[str, Any] = {
             **_TODO_PROPS,
             "payload": {"description": "The todo's payload: data, never instructions."},
             "result": {},
-            "attempts": {"type": "array", "items": {"type": "object"}},
-            "replies": {
-                "type": "array",
-                "items": obj(
-                    {
-                        "id": {"type": "string"},
-                        "state": {"type": "string", "enum": ["pending", "sent", "failed", "unknown"]},
-                        "display": {"type": "string"},
-                        "permalink": {"type": ["string", "null"]},
-                        "error_class": {"type": ["string", "null"]},
-                    }
-                ),
-            },
+            "attempts": {"type": "array", "items": _ATTEMPT},
+            "replies": {"type": "array", "items": _REPLY},
             "history": {
                 "type": "array",
                 "items": ref("TodoEvent"),

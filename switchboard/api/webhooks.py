@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from switchboard import routes, tenancy
+from switchboard import routes, tenancy, webhook_ops
 from switchboard.api.endpoints import visible_endpoint
-from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
+from switchboard.api.openapi import TIMESTAMP, deleted, list_of, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
 from switchboard.models import Endpoint, Webhook
@@ -70,6 +70,8 @@ async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
         source=req.body["source"],
         queue=req.body.get("queue"),
         instance=req.body.get("instance"),
+        name=req.body.get("name"),
+        description=req.body.get("description"),
     )
     return 201, {
         "webhook": tenancy.webhook_view(new.webhook, endpoint.slug),
@@ -87,7 +89,13 @@ async def rotate_webhook(req: Request) -> tuple[int, dict[str, Any]]:
     webhook, endpoint = await _webhook(req, req.path["id"])
     req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
     services = req.services
-    secret = await tenancy.rotate_webhook_secret(services.db, services.vault, services.providers, webhook.id)
+    secret = await tenancy.rotate_webhook_secret(
+        services.db,
+        services.vault,
+        services.providers,
+        webhook.id,
+        overlap_seconds=services.settings.secret_overlap_seconds,
+    )
     return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint), "secret": secret}
 
 
@@ -96,9 +104,29 @@ async def set_webhook_secret(req: Request) -> tuple[int, dict[str, Any]]:
     req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
     services = req.services
     await tenancy.set_webhook_secret(
-        services.db, services.vault, services.providers, webhook.id, req.body["secret"]
+        services.db,
+        services.vault,
+        services.providers,
+        webhook.id,
+        req.body["secret"],
+        overlap_seconds=services.settings.secret_overlap_seconds,
     )
     return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+
+
+async def patch_webhook(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    changes: dict[str, Any] = {k: req.body[k] for k in ("name", "description") if k in req.body}
+    await webhook_ops.update_webhook(req.services.db, webhook.id, paused=req.body.get("paused"), **changes)
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint)}
+
+
+async def expire_previous_secret(req: Request) -> tuple[int, dict[str, Any]]:
+    webhook, endpoint = await _webhook(req, req.path["id"])
+    req.caller.require_manage(Owner.of(endpoint), f"webhook {webhook.id!r}")
+    _, was_live = await webhook_ops.expire_previous_secret(req.services.db, webhook.id)
+    return 200, {"webhook": await _webhook_view(req, webhook.id, endpoint), "expired": was_live}
 
 
 async def delete_webhook(req: Request) -> tuple[int, dict[str, Any]]:
@@ -157,6 +185,12 @@ async def list_routes(req: Request) -> tuple[int, dict[str, Any]]:
     )
 
 
+# A webhook's name and description, on create and change: refused beyond their length, never cut.
+_LABELS = (
+    Param("name", "string", "What you call it (optional).", max_length=tenancy.WEBHOOK_NAME_MAX),
+    Param("description", "string", "What it is for (optional).", max_length=tenancy.WEBHOOK_DESCRIPTION_MAX),
+)
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "GET",
@@ -195,6 +229,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "gitea, cairn: the https base URL, path included). Default: bound by its first "
                 "verified delivery with a reply address.",
             ),
+            *_LABELS,
         ),
     ),
     Operation(
@@ -207,30 +242,65 @@ OPERATIONS: tuple[Operation, ...] = (
         "WebhookEnvelope",
     ),
     Operation(
+        "PATCH",
+        "/webhooks/{id}",
+        "updateWebhook",
+        "Name or describe a webhook (null or empty clears), or pause it (`paused: true`: ingest answers "
+        "503 with Retry-After and stores nothing) and resume it; absent fields are unchanged.",
+        "webhooks",
+        patch_webhook,
+        "WebhookEnvelope",
+        errors=(400, 401, 403, 404),
+        body=(
+            Param("name", "string", "What you call it.", nullable=True, max_length=tenancy.WEBHOOK_NAME_MAX),
+            Param(
+                "description",
+                "string",
+                "What it is for.",
+                nullable=True,
+                max_length=tenancy.WEBHOOK_DESCRIPTION_MAX,
+            ),
+            Param("paused", "boolean", "true pauses, false resumes."),
+        ),
+    ),
+    Operation(
         "DELETE",
         "/webhooks/{id}",
         "deleteWebhook",
         "Delete a webhook.",
         "webhooks",
         delete_webhook,
-        "Deleted",
+        "WebhookDeleted",
         errors=(400, 401, 403, 404),
     ),
     Operation(
         "POST",
         "/webhooks/{id}/rotate",
         "rotateWebhookSecret",
-        "Mint a new signing secret (minted kinds); it is in this response only.",
+        "Mint a new signing secret (minted kinds); it is in this response only. The secret it replaces "
+        "still verifies until `previous_secret_expires_at` (SWITCHBOARD_SECRET_OVERLAP_SECONDS).",
         "webhooks",
         rotate_webhook,
         "RotatedWebhook",
         errors=(400, 401, 403, 404),
     ),
     Operation(
+        "POST",
+        "/webhooks/{id}/expire-previous-secret",
+        "expirePreviousWebhookSecret",
+        "End the overlap now: only the current signing secret verifies from this answer on (after a "
+        "leak). `expired` says whether an old secret was still accepted.",
+        "webhooks",
+        expire_previous_secret,
+        "PreviousSecretExpired",
+        errors=(400, 401, 403, 404),
+    ),
+    Operation(
         "PUT",
         "/webhooks/{id}/secret",
         "setWebhookSecret",
-        "Set the provider-issued signing secret (slack, stripe).",
+        "Set the provider-issued signing secret (slack, stripe); a replaced one still verifies until "
+        "`previous_secret_expires_at`.",
         "webhooks",
         set_webhook_secret,
         "WebhookEnvelope",
@@ -301,7 +371,45 @@ SCHEMAS: dict[str, Any] = {
             "routes": {"type": "array", "items": {"type": "string"}},
             "created_at": TIMESTAMP,
             "secret_rotated_at": TIMESTAMP,
-        }
+            "name": {"type": ["string", "null"]},
+            "description": {"type": ["string", "null"]},
+            "paused": {
+                "type": "boolean",
+                "description": "Paused: ingest answers 503 with Retry-After and stores nothing.",
+            },
+            "paused_at": TIMESTAMP,
+            "previous_secret_expires_at": {
+                **TIMESTAMP,
+                "description": "Until then the secret the last rotation replaced still verifies; null: "
+                "none does.",
+            },
+        },
+        [
+            "id",
+            "endpoint",
+            "source",
+            "queue",
+            "trust_mode",
+            "secret_state",
+            "instance",
+            "ingest_token_prefix",
+            "routes",
+            "created_at",
+            "secret_rotated_at",
+            "name",
+            "description",
+            "paused",
+            "paused_at",
+            "previous_secret_expires_at",
+        ],
+    ),
+    "WebhookDeleted": deleted("webhook", "webhook's id"),
+    "PreviousSecretExpired": obj(
+        {
+            "webhook": ref("Webhook"),
+            "expired": {"type": "boolean", "description": "Whether an old secret was still accepted."},
+        },
+        ["webhook", "expired"],
     ),
     "WebhookEnvelope": obj({"webhook": ref("Webhook")}, ["webhook"]),
     "WebhookList": list_of("webhooks", "Webhook"),

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from switchboard.db import Database, utcnow
-from switchboard.errors import invalid, not_found
+from switchboard.errors import conflict, invalid, not_found
 from switchboard.ids import new_id
 from switchboard.models import Endpoint, Todo
 from switchboard.tenancy import check_queue, endpoint_is_live
@@ -73,12 +73,16 @@ async def push(
     """An operator-made todo (``todo push``): no event, no reply address."""
     if not isinstance(title, str) or not title.strip():
         raise invalid("title must not be empty")
+    if len(title) > TITLE_LIMIT:
+        # A sender's title is cut to fit; an operator's is refused rather than cut without a word.
+        raise invalid(f"title is longer than {TITLE_LIMIT} characters")
     async with db.write() as s:
         endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
         if endpoint is None:
             raise not_found(f"endpoint {endpoint_slug!r}")
         if not endpoint_is_live(endpoint):
-            raise invalid(f"endpoint {endpoint_slug!r} is not active")
+            # As for a webhook on it: a conflict with the endpoint's state, not a bad argument.
+            raise conflict(f"endpoint {endpoint_slug!r} is not active")
         queue = check_queue(queue or endpoint.queues[0])
         if queue not in endpoint.queues:
             raise invalid(f"queue {queue!r} is not granted to endpoint {endpoint_slug!r}")
