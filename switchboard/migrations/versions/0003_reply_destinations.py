@@ -1,7 +1,7 @@
 """exact reply destinations: the instance a webhook serves; the provider kind on replies (echo key)
 
 Revision ID: 0003
-Revises: 0004
+Revises: 0002
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import op
 
 revision = "0003"
 # The head when this was written; the revision ids are names, not an order.
-down_revision = "0004"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """human token lifecycle: revoked/rotated times on humans; session names, last seen, user agent and
 the one-time reveal on web sessions
 
-Revision ID: 0004
+Revision ID: 0002
 Revises: 0001
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 
 import switchboard.models
 
-revision = "0004"
+revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
