@@ -4,25 +4,23 @@ read per row.
 * An endpoint's last activity (its latest claim, heartbeat or end of an attempt), how many of its
   todos are pending and since when the oldest has waited. Live MCP sessions are the serving
   process's own count (``Services.live_sessions``), not a database fact.
-* A webhook's last delivery (the newest stored event) and its refusals, counted by this process
-  since it started (``switchboard_ingest_refused_total``; refusals store no row).
+* A webhook's last stored delivery (the newest event) and its refusals of the last day, by reason,
+  from the delivery log's refusal rows (``delivery_records``, every server process's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
-from switchboard.db import Database
-from switchboard.metrics import Metrics
-from switchboard.models import Attempt, Event, Todo
+from switchboard.db import Database, utcnow
+from switchboard.models import Attempt, DeliveryRecord, Event, Todo
 
-# The ingest refusal counter (``ingest_admission.REFUSED_METRIC``), read here by name: that module
-# is the counter's writer, this one only reads what the registry holds.
-REFUSED_METRIC = "switchboard_ingest_refused_total"
+# The refusals a webhook's health counts: those of the last day.
+REFUSALS_SINCE = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -35,8 +33,9 @@ class EndpointHealth:
 @dataclass(frozen=True)
 class WebhookHealth:
     last_delivery_at: datetime | None = None
-    # reason -> refusals counted by this process since it started
+    # reason -> refusals of the last day (``REFUSALS_SINCE``)
     refused: Mapping[str, int] | None = None
+    last_refused_at: datetime | None = None
 
     @property
     def refused_total(self) -> int:
@@ -86,23 +85,12 @@ async def endpoint_health(db: Database, endpoint_ids: Iterable[str]) -> dict[str
     }
 
 
-def refusals_by_webhook(metrics: Metrics) -> dict[str, dict[str, int]]:
-    """webhook id -> reason -> count, from this process's refusal counter."""
-    out: dict[str, dict[str, int]] = {}
-    for labels, value in metrics.series(REFUSED_METRIC):
-        webhook, reason = labels.get("webhook"), labels.get("reason", "")
-        if webhook:
-            out.setdefault(webhook, {})[reason] = int(value)
-    return out
-
-
-async def webhook_health(
-    db: Database, metrics: Metrics, webhook_ids: Iterable[str]
-) -> dict[str, WebhookHealth]:
-    """Per webhook id: when its newest stored delivery arrived, and its refusals in this process."""
+async def webhook_health(db: Database, webhook_ids: Iterable[str]) -> dict[str, WebhookHealth]:
+    """Per webhook id: when its newest stored delivery arrived, and its refusals of the last day."""
     ids = sorted(set(webhook_ids))
     if not ids:
         return {}
+    since = utcnow() - REFUSALS_SINCE
     async with db.read() as s:
         last = dict(
             (
@@ -113,5 +101,27 @@ async def webhook_health(
                 )
             ).all()
         )
-    refused = refusals_by_webhook(metrics)
-    return {i: WebhookHealth(last_delivery_at=last.get(i), refused=refused.get(i, {})) for i in ids}
+        refused: dict[str, dict[str, int]] = {}
+        last_refused: dict[str, datetime] = {}
+        for webhook_id, reason, count, latest in await s.execute(
+            select(
+                DeliveryRecord.webhook_id,
+                DeliveryRecord.reason,
+                func.sum(DeliveryRecord.count),
+                func.max(DeliveryRecord.received_at),
+            )
+            .where(
+                DeliveryRecord.webhook_id.in_(ids),
+                DeliveryRecord.disposition == "refused",
+                DeliveryRecord.received_at >= since,
+            )
+            .group_by(DeliveryRecord.webhook_id, DeliveryRecord.reason)
+        ):
+            refused.setdefault(webhook_id, {})[reason] = int(count or 0)
+            last_refused[webhook_id] = max(latest, last_refused.get(webhook_id, latest))
+    return {
+        i: WebhookHealth(
+            last_delivery_at=last.get(i), refused=refused.get(i, {}), last_refused_at=last_refused.get(i)
+        )
+        for i in ids
+    }

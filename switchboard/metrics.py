@@ -55,11 +55,6 @@ class Metrics:
         with self._lock:
             return self._counters.get(name, {}).get(_labels(labels), 0.0)
 
-    def series(self, name: str) -> list[tuple[dict[str, str], float]]:
-        """Every labelled value of one counter (a page that sums a counter by one label)."""
-        with self._lock:
-            return [(dict(labels), value) for labels, value in self._counters.get(name, {}).items()]
-
     def render(self) -> str:
         lines: list[str] = []
         with self._lock:

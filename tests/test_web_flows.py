@@ -19,10 +19,12 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 from sqlalchemy import func, select
 
 from switchboard import tenancy, todos
 from switchboard.api.routing import PREFIX
+from switchboard.delivery_records import DELIVERY_RECORDER
 from switchboard.models import Event, Team, Webhook
 from switchboard.services import Services
 from switchboard.testing import connect, counts, github_headers, make_webhook, post
@@ -180,7 +182,7 @@ async def test_a_paused_webhook_is_answered_503_with_retry_after_and_stores_noth
 
 
 async def test_pause_and_name_from_the_web_ui_and_the_webhooks_page_shows_health(
-    services: Services, base_url: str, browser: Browser
+    services: Services, base_url: str, browser: Browser, server: TestServer
 ) -> None:
     token = await ada(services)
     ingest, secret, webhook_id = await make_webhook(services, "github")
@@ -192,6 +194,7 @@ async def test_pause_and_name_from_the_web_ui_and_the_webhooks_page_shows_health
         base_url, ingest, BODY, github_headers("whsec_wrong" + "x" * 20, BODY, "issues")
     )
     assert status == 401
+    await server.app[DELIVERY_RECORDER].flush()  # refusals are written off the hot path
 
     resp, _ = await browser.post(
         f"/ui/webhooks/{webhook_id}/edit", {"name": "acme/api", "description": "triage"}
@@ -202,6 +205,7 @@ async def test_pause_and_name_from_the_web_ui_and_the_webhooks_page_shows_health
     _, page = await browser.get("/ui/webhooks")
     assert "Webhook paused" in page and ">paused<" in page and "acme/api" in page and "triage" in page
     assert "1 refused" in page and "signature_invalid 1" in page and "last delivery</span> <time" in page
+    assert "in the last day" in page
     status, _, _ = await post(base_url, ingest, BODY, github_headers(secret, BODY, "issues"))
     assert status == 503
     resp, _ = await browser.post(f"/ui/webhooks/{webhook_id}/resume")

@@ -20,9 +20,9 @@ from switchboard.errors import not_found
 from switchboard.tenancy import Owner
 from switchboard.todos import (
     BOARD_STATES,
-    TITLE_LIMIT,
     OPERATOR_LIMIT_MAX,
     STATES,
+    TITLE_LIMIT,
     TodoFilter,
     list_in_scopes,
     operator_row,

@@ -128,11 +128,16 @@ def webhook_list(
 @click.argument("webhook_id")
 @json_option
 def webhook_rotate(webhook_id: str, as_json: bool) -> None:
-    """Mint a new signing secret (github, gitea, cairn); print it once. The old one stops working."""
+    """Mint a new signing secret (github, gitea, cairn); print it once. The old one keeps verifying
+    for SWITCHBOARD_SECRET_OVERLAP_SECONDS (default 24 h), then stops working."""
 
     async def go(services: Services) -> str:
         return await tenancy.rotate_webhook_secret(
-            services.db, services.vault, services.providers, webhook_id
+            services.db,
+            services.vault,
+            services.providers,
+            webhook_id,
+            overlap_seconds=services.settings.secret_overlap_seconds,
         )
 
     secret = do(go, warn_plaintext=True)
@@ -152,7 +157,12 @@ def webhook_set_secret(webhook_id: str, as_json: bool) -> None:
 
     async def go(services: Services) -> dict[str, Any]:
         webhook = await tenancy.set_webhook_secret(
-            services.db, services.vault, services.providers, webhook_id, secret
+            services.db,
+            services.vault,
+            services.providers,
+            webhook_id,
+            secret,
+            overlap_seconds=services.settings.secret_overlap_seconds,
         )
         return {"id": webhook.id, "secret_state": webhook.secret_state}
 

@@ -6,9 +6,9 @@ Creating a webhook or rotating its secret seals what must be shown once onto the
 shows it again nor creates or rotates again. A provider-issued secret is typed into a password
 field and never shown back. The per-webhook actions are in ``webhook_actions``.
 
-Health at a glance: when the newest delivery was stored, the refusals this server process has
-answered since it started (by reason), whether it is paused, and until when a rotated-away secret
-is still accepted.
+Health at a glance: when the newest delivery was stored, the refusals of the last day by reason
+(the delivery log's refusal rows, every server process's), whether it is paused, and until when a
+rotated-away secret is still accepted.
 """
 
 from __future__ import annotations
@@ -133,14 +133,15 @@ def health_cell(w: Mapping[str, Any], health: WebhookHealth) -> Safe:
         reasons = ", ".join(f"{reason} {n}" for reason, n in sorted((health.refused or {}).items()))
         parts.append(
             h(
-                '<div><span class="flag">{n} refused</span> <span class="muted">({why}; since this server '
-                "started)</span></div>",
+                '<div><span class="flag">{n} refused</span> <span class="muted">in the last day ({why}), '
+                "the last {t}</span></div>",
                 n=f"{health.refused_total:,}",
                 why=reasons,
+                t=when(health.last_refused_at),
             )
         )
     else:
-        parts.append(muted("no refusals since this server started"))
+        parts.append(muted("no refusals in the last day"))
     if w.get("previous_secret_expires_at"):
         parts.append(
             h(
@@ -251,7 +252,7 @@ async def webhooks_page(request: web.Request, viewer: Viewer, refusal: FormRefus
             live_managed += [e for e in endpoints if tenancy.endpoint_is_live(e)]
         listed.append((scope, await tenancy.list_webhooks(services.db, owner=scope.owner)))
     ids = [w["id"] for _, hooks in listed for w in hooks]
-    health = await webhook_health(services.db, services.metrics, ids)
+    health = await webhook_health(services.db, ids)
     sections = [
         section(
             scope.label,
