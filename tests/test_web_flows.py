@@ -339,3 +339,14 @@ async def test_the_api_refuses_duplicate_keys_long_titles_and_a_revoked_endpoint
         base_url, token, "POST", "/webhooks", {"endpoint": "bot", "source": "generic"}
     )
     assert todo_status == hook_status == 409 and todo_answer["error"] == hook_answer["error"] == "conflict"
+
+
+def test_bidi_and_control_characters_are_shown_as_their_escapes_in_text_and_attributes() -> None:
+    from switchboard.web.html import h
+
+    out = h('<a title="{t}">{t}</a>', t="abc\u202edef\u2066x\u200f\x07\ty\nz")
+    assert "\u202e" not in out and "\u2066" not in out and "\u200f" not in out and "\x07" not in out
+    shown = "abc\\u202edef\\u2066x\\u200f\\u0007\ty\nz"
+    assert out == f'<a title="{shown}">{shown}</a>'
+    # Ordinary right-to-left text is text: only the controls are neutralised.
+    assert h("{t}", t="שלום abc") == "שלום abc"
