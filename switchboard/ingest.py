@@ -1,4 +1,5 @@
-"""Webhook ingest: ``POST /webhooks/{ingest_token}`` turns a verified delivery into todos (SPEC §4).
+"""Webhook ingest: ``POST /webhooks/{ingest_token}`` turns a verified delivery into todos
+(docs/architecture.md, "Ingest, step by step").
 
 The order matters and is the contract: size cap, the webhook, its flood guard (nothing read or
 stored), its targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing), the
@@ -101,7 +102,8 @@ INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 
 def address_for(services: Services, delivery: Delivery, verdict: Verdict, verified: bool) -> Address | None:
-    """The reply address a provider derives, for verified deliveries only (SPEC §6.1)."""
+    """The reply address a provider derives, for verified deliveries only (docs/sources/*.md,
+    "Reply address")."""
     if not verified:
         return None
     try:
@@ -141,8 +143,8 @@ async def _read_body(request: web.Request) -> bytes:
 async def _ingest(
     request: web.Request, services: Services, limiter: RateLimiter, seen: dict[str, str]
 ) -> Outcome:
-    """One delivery through the steps of SPEC §4; a ``Refusal`` from any step ends it, and every
-    refusal comes before anything is stored."""
+    """One delivery through the steps of docs/architecture.md ("Ingest, step by step"); a
+    ``Refusal`` from any step ends it, and every refusal comes before anything is stored."""
     # 1. The size cap, from Content-Length (the body is measured again as it arrives).
     _check_length(request)
     hashed = token_hash(_ingest_token(request))

@@ -1,5 +1,5 @@
-"""Admission (SPEC §4 step 1, §10): the flood guard that refuses a delivery before its body is read
-or anything is stored, and the client address that the log names.
+"""Admission (docs/architecture.md, "Ingest, step by step", step 1): the flood guard that refuses a
+delivery before its body is read or anything is stored, and the client address that the log names.
 
 The guard is a token bucket per webhook (``SWITCHBOARD_INGEST_RATE`` per second, bursts of
 ``SWITCHBOARD_INGEST_BURST``; either 0 turns it off), in memory, per process. It is keyed by webhook,

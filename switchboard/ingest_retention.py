@@ -11,7 +11,8 @@ from switchboard.models import Event, Todo
 from switchboard.services import Services
 
 # Events that minted no todo (ignored, self_reply) are only kept for deduplication and audit. Their
-# delivery keys must outlive any provider retry (SPEC: at least 7 days); a month is generous.
+# delivery keys must outlive any provider retry (at least 7 days: docs/architecture.md, "What ingest
+# stores"); a month is generous.
 EVENT_RETENTION = timedelta(days=30)
 RETENTION_BATCH = 1000
 

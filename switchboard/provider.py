@@ -293,7 +293,8 @@ class ConnectionKind:
     account_key_hint: str = ""
     # The instance an address names, as this kind's normalised account key (``github.com``,
     # ``https://git.example.com/gitea``), or None when the address does not say. A webhook is bound
-    # to one instance (SPEC §10, hardening): the core compares this with the binding. None here (Slack,
+    # to one instance (docs/replying.md, "A webhook serves one instance"): the core compares this
+    # with the binding. None here (Slack,
     # where one app serves many workspaces through one API host) means webhooks of the kind are
     # never bound.
     instance_of: Callable[[Address], str | None] | None = None

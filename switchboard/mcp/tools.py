@@ -1,5 +1,5 @@
-"""The MCP tools (SPEC §5.2): one per granted verb, each with its JSON schema, its handler, and the
-low-level SDK server that lists and calls them for the authenticated endpoint.
+"""The MCP tools (docs/agents.md, "Tools"): one per granted verb, each with its JSON schema, its
+handler, and the low-level SDK server that lists and calls them for the authenticated endpoint.
 
 Arguments are validated against the schema here, before any handler runs, and every failure is a
 tool error with a stable code (never a traceback): a refusal from the domain keeps its own code,

@@ -1,4 +1,5 @@
-"""The agent's verbs (SPEC §5.1) and the background passes that move todos without an agent.
+"""The agent's verbs (docs/agents.md, "Tools" and "Leases, attempts, retries") and the background
+passes that move todos without an agent.
 
 Every verb takes the calling endpoint: a todo of another endpoint is ``not_found``, so existence is
 never revealed across endpoints. The reaper and the retry scheduler (``lifecycle_pass``) return

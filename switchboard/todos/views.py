@@ -1,4 +1,4 @@
-"""How todos, their attempts and their replies look on every surface (SPEC §5.2).
+"""How todos, their attempts and their replies look on every surface (docs/agents.md, "Tools").
 
 MCP, the operator API, the web board and the CLI all show these dicts; nothing here writes.
 """
@@ -46,7 +46,7 @@ def public_reply_to(reply_to: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def todo_row(todo: Todo, replies: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A todo as MCP, the API and the CLI show it (SPEC §5.2), without its payload. ``todo`` may
+    """A todo as MCP, the API and the CLI show it (docs/agents.md, "Tools"), without its payload. ``todo`` may
     also be a row a lifecycle statement returned (``statements.VIEW``): it is read by attribute."""
     return {
         "id": todo.id,
