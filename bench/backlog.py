@@ -50,27 +50,36 @@ DEFAULT_SIZES = [1_000, 10_000, 100_000, 1_000_000]
 CLAIM_SECONDS = 30.0
 
 
+def is_claim(statement: str) -> bool:
+    """Is this the claim's pick-and-update? PostgreSQL runs it as one statement with CTEs
+    (``WITH picked AS (… FOR UPDATE SKIP LOCKED) UPDATE todos …``), SQLite as ``UPDATE todos … FROM``."""
+    head = statement.lstrip().upper()
+    return head.startswith("UPDATE TODOS") or (head.startswith("WITH") and "UPDATE TODOS" in head)
+
+
 async def claim_plan(db: Database, endpoint: Endpoint) -> str:
     """The plan of the statement ``claim_next`` really runs, with its real parameters.
 
-    One (untimed) ``claim_next`` is made with a listener catching its ``UPDATE todos``; that
-    statement is then EXPLAINed (never executed) and the claimed todo completed.
+    One (untimed) ``claim_next`` is made with a listener on the engine writes run on
+    (``db.write_engine``: SQLite's single writer connection, PostgreSQL's pool) catching the claim
+    statement; that statement is then EXPLAINed (never executed) and the claimed todo completed.
     """
     caught: list[tuple[str, Any]] = []
 
     def grab(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        if statement.lstrip().upper().startswith("UPDATE TODOS") and not caught:
+        if not caught and is_claim(statement):
             caught.append((statement, parameters))
 
-    event.listen(db.engine.sync_engine, "before_cursor_execute", grab)
+    engine = db.write_engine.sync_engine
+    event.listen(engine, "before_cursor_execute", grab)
     try:
         todo = await todos.claim_next(db, endpoint)
     finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", grab)
+        event.remove(engine, "before_cursor_execute", grab)
     if todo is not None:
         await todos.complete(db, endpoint, todo["id"])
     if not caught:
-        return "(claim_next ran no UPDATE todos)"
+        return "(claim_next ran no claim statement)"
     statement, parameters = caught[0]
     async with db.read() as s:
         conn = await s.connection()
@@ -86,17 +95,20 @@ _SCAN = re.compile(
     r"Index (?:Only )?Scan using (\S+)|Bitmap Index Scan on (\S+)|USING (?:COVERING )?INDEX (\S+)"
     r"|(Seq Scan)|(SCAN todos)"
 )
+# Where the pick starts in a plan: PostgreSQL's CTE (or an older InitPlan), SQLite's subquery or
+# the FROM clause's materialised pick.
+_PICK = ("CTE picked", "InitPlan", "SUBQUERY", "MATERIALIZE", "CO-ROUTINE")
 
 
 def index_walked(plan: str) -> str:
-    """The index the pick (the subquery: PostgreSQL's InitPlan, SQLite's SCALAR SUBQUERY) walks."""
+    """The index the pick walks (the first scan inside the pick's part of the plan, else the first)."""
     parts = [p.strip() for p in plan.split(";")]
-    for i, part in enumerate(parts):
-        if "InitPlan" in part or "SUBQUERY" in part:
-            for later in parts[i + 1 :]:
-                found = _SCAN.search(later)
-                if found:
-                    return next(g for g in found.groups() if g)
+    starts = [i for i, part in enumerate(parts) if any(mark in part for mark in _PICK)]
+    for i in [*starts[:1], -1]:
+        for later in parts[i + 1 :]:
+            found = _SCAN.search(later)
+            if found:
+                return next(g for g in found.groups() if g)
     return "?"
 
 

@@ -218,7 +218,9 @@ async def mcp_rounds(
     finally:
         await services.db.dispose()
     endpoint = tenant.endpoint
-    first = 10_000_000
+    # Above every store-level round's range (batch * 1_000_000 + cycles per claimer count, batch <= 10):
+    # the rounds share the database, so overlapping ranges collide on the todos' primary key.
+    first = 100_000_000
     async with server_process(bench_db, key) as server:
         async with mcp_client(server.base_url, tenant.endpoint_token) as probe:
             has_max = await tool_has_max(probe)
