@@ -1,6 +1,6 @@
 """Reply overhead: the time ``reply`` adds over the provider call itself.
 
-A stand-in GitHub API (``tests/fakes.py``'s ``FakeProvider``, plain HTTP on 127.0.0.1, behind
+A stand-in GitHub API (``switchboard.testing``'s ``FakeProvider``, plain HTTP on 127.0.0.1, behind
 ``SWITCHBOARD_GITHUB_API_URL`` with ``SWITCHBOARD_OUTBOUND_ALLOW_HTTP`` and
 ``SWITCHBOARD_OUTBOUND_ALLOW_CIDRS=127.0.0.0/8``) answers every comment POST at once. Three figures:
 
@@ -33,7 +33,6 @@ if __package__ in (None, ""):
 import aiohttp
 
 from bench.common import (
-    ROOT,
     BenchDatabase,
     Latencies,
     Report,
@@ -53,10 +52,7 @@ from bench.senders import github_bodies, github_headers
 from switchboard import connections, outbound, tenancy
 from switchboard.reply import send_reply
 from switchboard.services import Services
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from tests.fakes import FakeProvider, claimed_todo, forge_address
+from switchboard.testing import FakeProvider, claimed_todo, forge_address
 
 # Below the bucket's burst of 30, so no call waits on the bucket.
 REPLIES_PER_ENDPOINT = 25
@@ -162,7 +158,7 @@ async def over_mcp(bench_db: BenchDatabase, fake: FakeProvider, replies: int, re
         await outbound.close_client(services)
         await services.db.dispose()
     latencies = Latencies()
-    bodies = github_bodies()
+    bodies = github_bodies(replies + 5)
     async with (
         server_process(bench_db, key, env=outbound_env(fake)) as server,
         aiohttp.ClientSession() as http,
