@@ -206,18 +206,19 @@ def tally(load: Load, events: Counter[str], todos: Counter[str], restarts: list[
     }
 
 
-def make_deliveries(bodies: list[Signed], count: int) -> list[Delivery]:
-    return [Delivery(str(uuid.uuid4()), bodies[n % len(bodies)]) for n in range(count)]
+def make_deliveries(secret: str, count: int) -> list[Delivery]:
+    """``count`` deliveries, each with its own id and its own body (see ``senders.distinct``)."""
+    return [Delivery(str(uuid.uuid4()), signed) for signed in signed_bodies(secret, count)]
 
 
-async def tenant_of(bench_db: BenchDatabase, key: str) -> tuple[str, list[Signed]]:
+async def tenant_of(bench_db: BenchDatabase, key: str) -> tuple[str, str]:
     services = make_services(bench_db, key)
     try:
         tenant = await provision(services)
     finally:
         await services.db.dispose()
     assert tenant.ingest_token is not None and tenant.webhook_secret is not None
-    return tenant.ingest_token, signed_bodies(tenant.webhook_secret)
+    return tenant.ingest_token, tenant.webhook_secret
 
 
 async def server_kills(engine: str, args: Any, report: Report) -> None:
@@ -225,13 +226,13 @@ async def server_kills(engine: str, args: Any, report: Report) -> None:
     rng = random.Random(args.seed)
     async with private_database(engine) as bench_db:
         key = new_key()
-        token, bodies = await tenant_of(bench_db, key)
+        token, secret = await tenant_of(bench_db, key)
         port = free_port()
         env = server_env(bench_db, key, port)
         server = await start_server(bench_db.directory, env, port=port)
         load = Load(
             f"{server.base_url}/webhooks/{token}",
-            make_deliveries(bodies, args.deliveries),
+            make_deliveries(secret, args.deliveries),
             args.senders,
             args.seconds,
         )
@@ -268,12 +269,12 @@ async def database_kills(args: Any, report: Report) -> None:
             bench_db = BenchDatabase("postgresql", cluster.url, Path(tmp))
             await db_mod.upgrade_async(cluster.url)
             key = new_key()
-            token, bodies = await tenant_of(bench_db, key)
+            token, secret = await tenant_of(bench_db, key)
             port = free_port()
             server = await start_server(bench_db.directory, server_env(bench_db, key, port), port=port)
             load = Load(
                 f"{server.base_url}/webhooks/{token}",
-                make_deliveries(bodies, args.deliveries),
+                make_deliveries(secret, args.deliveries),
                 args.senders,
                 args.seconds,
             )

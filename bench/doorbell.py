@@ -107,7 +107,7 @@ async def measure(engine: str, deliveries: int, ring_timeout: float, report: Rep
                     ack = Latencies()
                     ring = Latencies()
                     missed = 0
-                    bodies = github_bodies()
+                    bodies = github_bodies(deliveries + 1)
                     # The first delivery also waits for the GET stream to be registered.
                     for n in range(deliveries + 1):
                         event, body = bodies[n % len(bodies)]

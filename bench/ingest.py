@@ -96,16 +96,20 @@ async def measure(
         finally:
             await services.db.dispose()
         assert tenant.ingest_token is not None and tenant.webhook_secret is not None
-        bodies = signed_bodies(tenant.webhook_secret)
+        secret = tenant.webhook_secret
         acked: set[str] = set()
         in_flight = 0
         async with server_process(bench_db, key) as server:
             url = f"{server.base_url}/webhooks/{tenant.ingest_token}"
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
                 # Warm-up: connection pools, plugin imports, first-statement caches.
-                warm = await blast("python", http, url, bodies, senders=4, total=100, seconds=30)
+                warm = await blast(
+                    "python", http, url, signed_bodies(secret, 100), senders=4, total=100, seconds=30
+                )
                 acked.update(warm["todo_ids"])
                 for n in senders:
+                    # A body of its own for every delivery this round may send (see senders.distinct).
+                    bodies = signed_bodies(secret, deliveries)
                     result = await blast(
                         driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
                     )

@@ -1,4 +1,4 @@
-"""Senders of signed GitHub deliveries: real octokit payloads (``bench/fixtures/github``, verbatim)
+"""Senders of signed GitHub deliveries: real octokit payloads (``tests/fixtures/github``, verbatim)
 signed the way GitHub signs them, sent by N concurrent closed-loop senders.
 
 Two drivers, one result shape:
@@ -6,10 +6,10 @@ Two drivers, one result shape:
 * ``python``: N asyncio tasks on one aiohttp session, each sending its next delivery as soon as the
   last one is answered. Exact accounting (a sender stops at the deadline only between requests).
 * ``wrk``: the C load generator (Debian package ``wrk``) with ``bench/wrk_signed.lua``, N
-  connections on one thread. GitHub signs only the body, so the four bodies are signed once and
-  the delivery id changes per request. A run ends at the count or the time bound with up to N
-  requests in flight, which the server may store although nobody reads the answer
-  (``unread_in_flight`` in the stored check).
+  connections on one thread. GitHub signs only the body, so each delivery's own body
+  (``distinct``) is signed beforehand in Python and the script sends the next one with a fresh
+  delivery id. A run ends at the count or the time bound with up to N requests in flight, which
+  the server may store although nobody reads the answer (``unread_in_flight`` in the stored check).
 
 Both collect the todo ids of every 202, so the caller can check each acknowledged todo is stored.
 """
@@ -35,18 +35,38 @@ import aiohttp
 from bench.common import FIXTURES, Latencies
 
 GITHUB_EVENTS: tuple[tuple[str, str], ...] = (
-    ("issues", "issues.opened.json"),
-    ("issue_comment", "issue_comment.created.json"),
-    ("pull_request", "pull_request.opened.json"),
-    ("pull_request_review", "pull_request_review.submitted.json"),
+    ("issues", "issues/opened.payload.json"),
+    ("issue_comment", "issue_comment/created.payload.json"),
+    ("pull_request", "pull_request/opened.payload.json"),
+    ("pull_request_review", "pull_request_review/submitted.payload.json"),
 )
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk_signed.lua"
 DRIVERS = ("python", "wrk")
 
 
-def github_bodies() -> list[tuple[str, bytes]]:
-    """``(event, raw body)`` pairs from ``bench/fixtures/github`` (verbatim, never edited)."""
-    return [(event, (FIXTURES / "github" / name).read_bytes()) for event, name in GITHUB_EVENTS]
+def github_bodies(count: int | None = None) -> list[tuple[str, bytes]]:
+    """``(event, raw body)`` pairs from ``tests/fixtures/github`` (verbatim, never edited); with
+    ``count``, that many distinct deliveries made from them (:func:`distinct`)."""
+    verbatim = [(event, (FIXTURES / "github" / name).read_bytes()) for event, name in GITHUB_EVENTS]
+    if count is None:
+        return verbatim
+    return [distinct(*verbatim[n % len(verbatim)]) for n in range(count)]
+
+
+# Numbers the distinct bodies of this process, so no two calls hand out the same body.
+_SEQUENCE = itertools.count(1)
+
+
+def distinct(event: str, body: bytes) -> tuple[str, bytes]:
+    """The fixture body as another delivery of the same event: one extra top-level field,
+    ``"bench_delivery": N`` (unique in this process), in front of the payload's own fields.
+
+    Every new delivery needs a body of its own: a forge signs only the body, so Switchboard keys a
+    verified delivery by its body's hash too (a replayed body under a fresh delivery id is the
+    duplicate of the first), and the same four bodies would measure the duplicate path. Real
+    deliveries of one event differ in ids and timestamps; an unknown field is ignored by ingest."""
+    assert body.startswith(b"{"), "a GitHub payload is a JSON object"
+    return event, b'{"bench_delivery": %d, ' % next(_SEQUENCE) + body[1:]
 
 
 def signature_of(secret: str, body: bytes) -> str:
@@ -74,9 +94,9 @@ class Signed:
     signature: str
 
 
-def signed_bodies(secret: str) -> list[Signed]:
-    """The fixture bodies, each signed once with ``secret``."""
-    return [Signed(event, body, signature_of(secret, body)) for event, body in github_bodies()]
+def signed_bodies(secret: str, count: int | None = None) -> list[Signed]:
+    """The fixture bodies (with ``count``: that many distinct deliveries), each signed with ``secret``."""
+    return [Signed(event, body, signature_of(secret, body)) for event, body in github_bodies(count)]
 
 
 def wrk_available() -> bool:

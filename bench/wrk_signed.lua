@@ -3,8 +3,8 @@
 --   WRK_IDS_FILE=FILE WRK_DONE_DIR=DIR wrk -t T -c N -d S -s bench/wrk_signed.lua URL -- MANIFEST LIMIT RUN_ID
 --
 -- MANIFEST: one line per body, "event<TAB>sha256=<hex signature><TAB>body file". GitHub signs the
--- body only, so the bodies are signed once (by bench/senders.py) and the delivery id, a header,
--- can change per request without re-signing. LIMIT: responses per thread before the thread stops
+-- body only, so every delivery's own body is signed beforehand (by bench/senders.py; a repeated
+-- body would be answered as a duplicate) and each request takes the next one with a fresh delivery id. LIMIT: responses per thread before the thread stops
 -- (the count bound; wrk's -d is the time bound). RUN_ID: 8 hex digits that keep delivery ids
 -- unique across runs on one database. WRK_IDS_FILE: where done() writes the todo ids of every 202,
 -- one a line, so the caller can check that each acknowledged todo was stored (an environment
@@ -63,7 +63,8 @@ function request()
     first_at = now()
   end
   sent = sent + 1
-  local b = bodies[(sent - 1) % #bodies + 1]
+  -- Each thread walks its own share of the bodies (every delivery a body of its own).
+  local b = bodies[((tid - 1) * limit + sent - 1) % #bodies + 1]
   local headers = {
     ["Content-Type"] = "application/json",
     ["User-Agent"] = "GitHub-Hookshot/bench",
