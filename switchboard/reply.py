@@ -264,7 +264,7 @@ async def _prepare(
         if not todo.reply_to:
             raise _refuse(
                 "no_reply_address",
-                "this todo has no reply address (only verified forge, Slack and Cairn deliveries have one)",
+                "this todo has no reply address (only a verified delivery from a conversation has one)",
             )
         try:
             address = Address.from_dict(todo.reply_to)
