@@ -152,6 +152,15 @@ class Webhook(Base):
     previous_secret_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary)
     previous_secret_key_id: Mapped[str | None] = mapped_column(String(40))
     previous_secret_expires_at: Mapped[datetime | None]
+    # Who may create work (docs/routing.md, "Trusted actors"): ``{"allow_all": true}`` or the kind's
+    # actor list (``{"logins": [...], "match": "sender"}``, ``{"actor_ids": [...]}``). Null on a
+    # kind whose deliveries name actors means nobody is trusted (fail closed); kinds without actors
+    # keep it null.
+    trust: Mapped[dict[str, Any] | None]
+    # Which events become work (docs/routing.md): ``{"rules": [...], "default_action": ...,
+    # "params": {...}}`` as ``rules.check_rule_set`` normalised it; null: every delivery is queued
+    # to every live target, as before rules existed.
+    routing: Mapped[dict[str, Any] | None]
 
 
 class Route(Base):
@@ -173,7 +182,9 @@ class Event(Base):
         UniqueConstraint("webhook_id", "delivery_key"),
         UniqueConstraint("webhook_id", "secondary_key", name="uq_events_webhook_secondary"),
         CheckConstraint(
-            "disposition IN ('routed', 'self_reply', 'duplicate', 'ignored')", name="disposition"
+            "disposition IN ('routed', 'self_reply', 'duplicate', 'ignored', 'quarantined', 'dropped',"
+            " 'faulted')",
+            name="disposition",
         ),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -193,6 +204,9 @@ class Event(Base):
     # An operator's redelivery of a stored delivery: the event it repeats (``deliveries``). Its
     # delivery key is derived from that event's id and a counter, so it never takes the original's.
     redelivery_of: Mapped[str | None] = mapped_column(String(40))
+    # How intake decided it (docs/routing.md, "The routing trace"): trust verdict, the rule or
+    # default that matched, and what each target got.
+    routing: Mapped[dict[str, Any] | None]
 
 
 # The delivery log of one webhook, newest first, pages by id (``deliveries``).
@@ -230,7 +244,10 @@ class Todo(Base):
     __tablename__ = "todos"
     __table_args__ = (
         # ``cancelled``: an operator ended it (``todos.operator.cancel``); final, like ``done``.
-        CheckConstraint("state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')", name="state"),
+        # ``held``: quarantined (docs/routing.md); never listed, claimed or rung for an agent.
+        CheckConstraint(
+            "state IN ('pending', 'claimed', 'done', 'failed', 'cancelled', 'held')", name="state"
+        ),
         # claim_next: the oldest pending todo of one endpoint (optionally one queue). Partial on
         # state so the index stays as small as the backlog, and claim latency flat as it grows.
         Index(
@@ -253,6 +270,23 @@ class Todo(Base):
             "next_retry_at",
             sqlite_where=text("state = 'failed'"),
             postgresql_where=text("state = 'failed'"),
+        ),
+        # ``once`` rules: at most one open todo per subject and queue on an endpoint.
+        Index(
+            "uq_todos_once",
+            "endpoint_id",
+            "queue",
+            "once_key",
+            unique=True,
+            sqlite_where=text("once_key IS NOT NULL AND state IN ('pending', 'claimed')"),
+            postgresql_where=text("once_key IS NOT NULL AND state IN ('pending', 'claimed')"),
+        ),
+        # The quarantine: held todos by expiry, for the expiry pass.
+        Index(
+            "ix_todos_held",
+            "hold_expires_at",
+            sqlite_where=text("state = 'held'"),
+            postgresql_where=text("state = 'held'"),
         ),
         Index(
             "ix_todos_ring",
@@ -288,6 +322,15 @@ class Todo(Base):
     next_ring_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # Quarantine (docs/routing.md): why it is held (``untrusted_actor``, ``rule``, ``rule_fault``),
+    # the actor verdict / rule / fault behind it, and when it expires unreleased.
+    hold_reason: Mapped[str | None] = mapped_column(String(20))
+    hold_detail: Mapped[dict[str, Any] | None]
+    hold_expires_at: Mapped[datetime | None]
+    # The routing trace: which rule (or the default, or trust) put it here, and why.
+    routing: Mapped[dict[str, Any] | None]
+    # A ``once`` rule's subject key (see uq_todos_once); null otherwise.
+    once_key: Mapped[str | None] = mapped_column(String(300))
 
 
 class Attempt(Base):
