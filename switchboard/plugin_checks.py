@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from switchboard.provider import (
+    Actors,
     Address,
     CheckResult,
     ConnectionKind,
@@ -28,10 +29,12 @@ from switchboard.provider import (
     PostResult,
     Setting,
     SourceKind,
+    TrustSpec,
     Verdict,
 )
 from switchboard.secretscan import RULES, Rule
 from switchboard.settings import ENV_PREFIX, Settings
+from switchboard.trust import MATCH_MODES
 
 log = logging.getLogger("switchboard.plugins")
 
@@ -57,7 +60,7 @@ def role_of(kind: SourceKind | ConnectionKind) -> str:
 
 # Which callables answer a value at once (never async) and which may be ``async def``.
 VALUE_CALLABLES = {
-    "source": ("verify", "derive_address", "echo_clues"),
+    "source": ("verify", "derive_address", "echo_clues", "actors"),
     "connection": ("normalize_account_key", "account_matches", "target_of", "instance_of"),
 }
 ASYNC_CALLABLES = {"source": (), "connection": ("test", "post")}
@@ -87,7 +90,7 @@ def problem_of(
         )
     for attr in VALUE_CALLABLES[role]:
         fn = given[attr]
-        if fn is None and attr == "instance_of":
+        if fn is None and attr in ("instance_of", "actors"):
             continue
         if not callable(fn):
             return f"{label}: {attr} must be a function, not {type(fn).__name__}"
@@ -104,6 +107,9 @@ def problem_of(
     if isinstance(kind, SourceKind):
         if kind.secret not in SECRET_ORIGINS:
             return f"{label}: secret must be one of {', '.join(SECRET_ORIGINS)}, not {kind.secret!r}"
+        problem = _trust_problem(label, given)
+        if problem:
+            return problem
     else:
         limit = given["text_limit"]
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -116,6 +122,39 @@ def problem_of(
         if problem:
             return problem
     return _rules_problem(label, kind.secret_rules, set(taken_rules))
+
+
+TRUST_FIELD_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def _trust_problem(label: str, given: dict[str, Any]) -> str | None:
+    """``actors`` and ``trust`` come together, on a signed kind, with a usable ``TrustSpec``
+    (docs/plugins.md, "Trusted actors")."""
+    spec = given["trust"]
+    if (given["actors"] is None) != (spec is None):
+        return f"{label}: set actors and trust together (or neither)"
+    if spec is None:
+        return None
+    if not isinstance(spec, TrustSpec):
+        return f"{label}: trust takes a TrustSpec from switchboard.sdk"
+    if given["secret"] == "none":
+        return f'{label}: actors and trust need a signed kind (secret "minted" or "provider")'
+    fields: dict[str, Any] = vars(spec)
+    field, matches = fields["field"], fields["matches"]
+    if not isinstance(field, str) or not TRUST_FIELD_RE.fullmatch(field) or field in ("allow_all", "match"):
+        return f"{label}: trust.field must be 1-40 lower-case letters, digits and _ (not allow_all or match)"
+    if not isinstance(fields["label"], str) or not fields["label"].strip():
+        return f"{label}: trust.label must say what one entry is, e.g. 'GitHub login'"
+    if not isinstance(fields["case_insensitive"], bool):
+        return f"{label}: trust.case_insensitive must be True or False"
+    if (
+        not isinstance(matches, tuple)
+        or not matches
+        or len(set(matches)) != len(matches)
+        or any(mode not in MATCH_MODES for mode in matches)
+    ):
+        return f"{label}: trust.matches must be a tuple of distinct modes from {', '.join(MATCH_MODES)}"
+    return None
 
 
 def _settings_problem(label: str, kind: ConnectionKind, taken: set[str]) -> str | None:
@@ -227,6 +266,9 @@ def guarded_source(kind: SourceKind, plugin: str) -> SourceKind:
             kind.derive_address, _Where(plugin, kind, "derive_address"), (Address, type(None))
         ),
         echo_clues=_value_guard(kind.echo_clues, _Where(plugin, kind, "echo_clues"), (EchoClues, type(None))),
+        actors=None
+        if kind.actors is None
+        else _value_guard(kind.actors, _Where(plugin, kind, "actors"), (Actors, type(None))),
     )
 
 

@@ -114,6 +114,34 @@ class EchoClues:
     bot_id: str | None = None
 
 
+@dataclass(frozen=True)
+class Actors:
+    """Who a verified delivery names, read from its signed body only (docs/plugins.md, "Trusted
+    actors"). ``sender``: who caused the delivery (a forge's ``sender.login``, Cairn's
+    ``data.actor_id``). ``authors``: who wrote what it is about (a forge comment's or review's user,
+    then the thread's author when that is someone else). Values are ids or logins, never display
+    names; a kind's ``actors`` never raises and leaves out anything that is not a plain string."""
+
+    sender: str | None = None
+    authors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrustSpec:
+    """The trusted-actors setting a source kind accepts (``switchboard.trust`` checks and applies it).
+
+    ``field``: the key of the list in a webhook's trust config (``logins``, ``actor_ids``). ``label``:
+    what one entry is, for people (``GitHub login``). ``case_insensitive``: compare entries and actors
+    without regard to case (forge logins). ``matches``: the match modes offered, the first being the
+    default: ``sender``, ``author`` (any of ``Actors.authors``), ``both`` (the sender and an author).
+    """
+
+    field: str
+    label: str
+    case_insensitive: bool = True
+    matches: tuple[str, ...] = ("sender",)
+
+
 # ---------------------------------------------------------------------------------------------
 # Outbound
 
@@ -250,7 +278,13 @@ class SourceKind:
     * ``verify(delivery) -> Verdict``: the constant-time signature check and the reading of the body;
     * ``derive_address(delivery, verdict) -> Address | None``: the reply address of a *verified*
       delivery, or None (not a conversation, or any field outside its strict charset);
-    * ``echo_clues(delivery, verdict) -> EchoClues``: what could make it Switchboard's own reply.
+    * ``echo_clues(delivery, verdict) -> EchoClues``: what could make it Switchboard's own reply;
+    * ``actors(delivery, verdict) -> Actors`` (optional): who a *verified* delivery names, for the
+      webhook's trusted actors.
+
+    ``trust``: the trusted-actors setting the kind accepts (``TrustSpec``); set together with
+    ``actors`` or not at all, and only on a signed kind. A kind without them (generic, stripe, slack)
+    skips the trust step.
 
     ``secret_rules``: secret-scan rules for this kind's credential formats; a reply matching one is
     refused, whatever kind it is posted to.
@@ -263,6 +297,8 @@ class SourceKind:
     echo_clues: Callable[[Delivery, Verdict], EchoClues] = no_echo_clues
     description: str = ""
     secret_rules: tuple[Rule, ...] = ()
+    actors: Callable[[Delivery, Verdict], Actors] | None = None
+    trust: TrustSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,16 @@ in ``__all__`` keeps its meaning within a minor version (a plugin depends on
 ``switchboard>=0.2,<0.3``).
 
 * the hook marker: ``hookimpl`` (the one hook is ``register_kinds(register)``);
-* what a kind is: ``SourceKind`` (``verify``, ``derive_address``, ``echo_clues``), ``ConnectionKind``
+* what a kind is: ``SourceKind`` (``verify``, ``derive_address``, ``echo_clues``, ``actors`` and its
+  ``TrustSpec``), ``ConnectionKind``
   (``post``, ``test``, account-key rules), ``Setting`` and ``api_url_setting`` for its operator
   settings, ``Rule`` and ``secret_rule`` for its credential formats;
-* what the callables get and return: ``Delivery``, ``Verdict``, ``Address``, ``EchoClues``,
+* what the callables get and return: ``Delivery``, ``Verdict``, ``Address``, ``EchoClues``, ``Actors``,
   ``ReplyPost``, ``PostResult``, ``ConnectionCheck``, ``CheckResult``, ``HttpClient`` (the guarded
   client's shape), ``Response``;
 * inbound checks that never raise on hostile input: ``signature_matches``, ``same``,
   ``timestamp_within``, ``rfc3339``, ``within``, ``valid_repo``, ``valid_host``, ``valid_id``, … ;
+* who a delivery names: ``actor_value``, ``actor_at``, ``actors_of``, ``forge_actors``;
 * outbound answers as results: ``failure`` (REST), ``graphql_failure``, ``result_of_error``,
   ``json_dict``, ``int_id``, ``https_link``, ``retry_after_seconds``.
 """
@@ -35,6 +37,7 @@ from switchboard.outbound import (
 )
 from switchboard.provider import (
     MARKER_EVENT_TYPE,
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -50,6 +53,7 @@ from switchboard.provider import (
     SecretOrigin,
     Setting,
     SourceKind,
+    TrustSpec,
     Verdict,
     comment_echo_clues,
     find_marker,
@@ -72,6 +76,7 @@ from switchboard.provider import (
     valid_slack_id,
     valid_slack_ts,
 )
+from switchboard.sdk.actors import actor_at, actors_of, forge_actors
 from switchboard.sdk.checks import (
     header_value,
     rfc3339,
@@ -91,10 +96,12 @@ from switchboard.sdk.results import (
     secret_rule,
 )
 from switchboard.secretscan import Rule
+from switchboard.trust import actor_value
 
 __all__ = [
     "GRAPHQL_CLASSES",
     "MARKER_EVENT_TYPE",
+    "Actors",
     "Address",
     "CheckResult",
     "ConnectionCheck",
@@ -112,7 +119,11 @@ __all__ = [
     "SecretOrigin",
     "Setting",
     "SourceKind",
+    "TrustSpec",
     "Verdict",
+    "actor_at",
+    "actor_value",
+    "actors_of",
     "api_url_setting",
     "class_of_code",
     "class_of_status",
@@ -120,6 +131,7 @@ __all__ = [
     "error_code",
     "failure",
     "find_marker",
+    "forge_actors",
     "forge_comment_address",
     "graphql_failure",
     "header",
