@@ -36,11 +36,21 @@ def new_todo_row(
     event_id: str | None = None,
     now: datetime | None = None,
     encoded: bytes | None = None,
+    routing: dict[str, Any] | None = None,
+    once_key: str | None = None,
+    hold_reason: str | None = None,
+    hold_detail: dict[str, Any] | None = None,
+    hold_expires_at: datetime | None = None,
 ) -> Todo:
     """A pending todo, ready to add to the caller's transaction (ingest mints these per target).
 
     ``encoded`` is ``encode_payload(payload)`` when the caller already has it: ingest encodes a
-    delivery's payload once for all its targets instead of once per todo.
+    delivery's payload once for all its targets instead of once per todo. ``routing``: the trace
+    of how intake decided it; ``once_key``: see ``uq_todos_once``. With ``hold_reason`` it is
+    ``held`` (quarantined, docs/routing.md): never rung, listed or claimed for an agent.
+
+    Every column intake may set is set, None or not, so rows of different kinds share one
+    multi-row insert.
     """
     now = now or utcnow()
     body = encoded if encoded is not None else encode_payload(payload)
@@ -53,7 +63,7 @@ def new_todo_row(
         source=source,
         kind=kind[:100],
         title=flat_title,
-        state="pending",
+        state="pending" if hold_reason is None else "held",
         attempt=0,
         max_attempts=DEFAULT_MAX_ATTEMPTS,
         dead_letter=False,
@@ -61,9 +71,14 @@ def new_todo_row(
         payload_size=len(body),
         reply_to=reply_to,
         ring_count=0,
-        next_ring_at=now,
+        next_ring_at=now if hold_reason is None else None,
         created_at=now,
         updated_at=now,
+        routing=routing,
+        once_key=once_key,
+        hold_reason=hold_reason,
+        hold_detail=hold_detail,
+        hold_expires_at=hold_expires_at,
     )
 
 
