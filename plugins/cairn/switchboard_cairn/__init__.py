@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from switchboard.sdk import (
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -35,7 +36,10 @@ from switchboard.sdk import (
     PostResult,
     ReplyPost,
     SourceKind,
+    TrustSpec,
     Verdict,
+    actor_at,
+    actors_of,
     failure,
     find_marker,
     hookimpl,
@@ -201,6 +205,19 @@ def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     )
 
 
+def actors(delivery: Delivery, verdict: Verdict) -> Actors:
+    """The sender is the signed ``data.actor_id`` (docs/sources/cairn.md, "Trusted actors"); a body
+    in 0.1's shape names it as ``actor.id``. Cairn names no separate author."""
+    payload = verdict.payload if verdict.ok and isinstance(verdict.payload, dict) else {}
+    if "kind" in payload or "data" in payload:
+        return actors_of(actor_at(payload, "data", "actor_id"))
+    return actors_of(actor_at(payload, "actor", "id"))
+
+
+# Cairn's actor ids are opaque: compared exactly.
+TRUST = TrustSpec(field="actor_ids", label="Cairn actor id", case_insensitive=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # Outbound: the connection kind (account key = the instance's https base URL) and posting an
 # artifact comment. The token needs annotation-write scope only.
@@ -272,6 +289,8 @@ SOURCE = SourceKind(
     verify=verify,
     derive_address=derive_address,
     echo_clues=echo_clues,
+    actors=actors,
+    trust=TRUST,
     description="Cairn artifact and comment events.",
 )
 

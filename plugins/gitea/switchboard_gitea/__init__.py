@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from switchboard.sdk import (
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -23,9 +24,11 @@ from switchboard.sdk import (
     PostResult,
     ReplyPost,
     SourceKind,
+    TrustSpec,
     Verdict,
     comment_echo_clues,
     failure,
+    forge_actors,
     forge_comment_address,
     header_value,
     hmac_sha256_hex,
@@ -185,6 +188,16 @@ def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     return comment_echo_clues(verdict.payload)
 
 
+def actors(delivery: Delivery, verdict: Verdict) -> Actors:
+    """Who the signed body names (docs/sources/gitea.md, "Trusted actors"): ``sender.login``, and
+    the login of the comment's, review's, pull request's or issue's user, plus the thread's author."""
+    return forge_actors(verdict.payload) if verdict.ok else Actors()
+
+
+# Logins are compared without regard to case, as the forge treats them.
+TRUST = TrustSpec(field="logins", label="Gitea login", matches=("sender", "author", "both"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Outbound: the connection kind (account key = the forge's https base URL) and posting a comment.
 
@@ -248,6 +261,8 @@ SOURCE = SourceKind(
     verify=verify,
     derive_address=derive_address,
     echo_clues=echo_clues,
+    actors=actors,
+    trust=TRUST,
     description="Gitea or Forgejo repository webhooks.",
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 from switchboard.sdk import (
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -24,10 +25,12 @@ from switchboard.sdk import (
     ReplyPost,
     Response,
     SourceKind,
+    TrustSpec,
     Verdict,
     api_url_setting,
     comment_echo_clues,
     failure,
+    forge_actors,
     forge_comment_address,
     header,
     hookimpl,
@@ -141,6 +144,16 @@ def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     return comment_echo_clues(verdict.payload)
 
 
+def actors(delivery: Delivery, verdict: Verdict) -> Actors:
+    """Who the signed body names (docs/sources/github.md, "Trusted actors"): ``sender.login``, and
+    the login of the comment's, review's, pull request's or issue's user, plus the thread's author."""
+    return forge_actors(verdict.payload) if verdict.ok else Actors()
+
+
+# Logins are compared without regard to case, as the forge treats them.
+TRUST = TrustSpec(field="logins", label="GitHub login", matches=("sender", "author", "both"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Outbound: the connection kind (account key = forge host) and posting an issue/PR comment.
 
@@ -239,6 +252,8 @@ SOURCE = SourceKind(
     verify=verify,
     derive_address=derive_address,
     echo_clues=echo_clues,
+    actors=actors,
+    trust=TRUST,
     description="GitHub repository or organisation webhooks.",
 )
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from switchboard.sdk import (
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -34,7 +35,10 @@ from switchboard.sdk import (
     ReplyPost,
     Response,
     SourceKind,
+    TrustSpec,
     Verdict,
+    actor_at,
+    actors_of,
     api_url_setting,
     graphql_failure,
     header_value,
@@ -160,6 +164,19 @@ def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     return EchoClues(object_ids=(comment_id,) if comment_id else ())
 
 
+def actors(delivery: Delivery, verdict: Verdict) -> Actors:
+    """Who the signed body names (docs/sources/linear.md, "Trusted actors"), by id: the sender is the
+    envelope's ``actor.id`` (the user, OAuth application or integration that acted), else, for a
+    ``Comment``, the comment's ``data.userId``, which is also its author."""
+    payload = verdict.payload if verdict.ok and isinstance(verdict.payload, dict) else {}
+    author = actor_at(payload, "data", "userId") if payload.get("type") == "Comment" else None
+    return actors_of(actor_at(payload, "actor", "id") or author, [author])
+
+
+# Linear's ids are UUIDs, which are the same id in either case.
+TRUST = TrustSpec(field="actor_ids", label="Linear user id")
+
+
 # ---------------------------------------------------------------------------------------------
 # Outbound: the connection kind (account key = the organisation id, credential = a personal API
 # key or an OAuth access token) and posting a comment through Linear's GraphQL API.
@@ -279,6 +296,8 @@ SOURCE = SourceKind(
     verify=verify,
     derive_address=derive_address,
     echo_clues=echo_clues,
+    actors=actors,
+    trust=TRUST,
     description="Linear webhooks (signing secret from Linear's webhook settings).",
 )
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from switchboard.sdk import (
+    Actors,
     Address,
     CheckResult,
     ConnectionCheck,
@@ -37,7 +38,10 @@ from switchboard.sdk import (
     ReplyPost,
     Response,
     SourceKind,
+    TrustSpec,
     Verdict,
+    actor_at,
+    actors_of,
     api_url_setting,
     class_of_code,
     error_code,
@@ -165,6 +169,38 @@ def echo_clues(delivery: Delivery, verdict: Verdict) -> EchoClues:
     if not (event.startswith("thread.") and event.endswith("_sent")):
         return EchoClues()
     return EchoClues(bot_id=_sender(_inner(payload)))
+
+
+# The id field of each kind of Plain actor that has one (a ``system`` actor has none).
+ACTOR_ID_FIELDS = {"customer": "customerId", "user": "userId", "machineUser": "machineUserId"}
+
+
+def _actor_id(actor: object) -> str | None:
+    kind = actor.get("actorType") if isinstance(actor, dict) else None
+    field = ACTOR_ID_FIELDS.get(kind) if isinstance(kind, str) else None
+    return actor_at(actor, field) if field else None
+
+
+def actors(delivery: Delivery, verdict: Verdict) -> Actors:
+    """Who the signed body names (docs/sources/plain.md, "Trusted actors"), by id: the sender is the
+    ``createdBy`` of the event's message (a customer ``c_…``, a user ``u_…`` or a machine user
+    ``mu_…``), or of the thread for ``thread.thread_created``. Other events name nobody (a customer
+    event's ``createdBy`` is who made the customer, not who caused the event)."""
+    payload = verdict.payload if verdict.ok and isinstance(verdict.payload, dict) else {}
+    if not _event(payload).startswith("thread."):
+        return Actors()
+    inner = _inner(payload)
+    for key, message in inner.items():
+        if key not in NOT_THE_MESSAGE and isinstance(message, dict) and "createdBy" in message:
+            return actors_of(_actor_id(message["createdBy"]))
+    if _event(payload) == "thread.thread_created":
+        thread = inner.get("thread")
+        return actors_of(_actor_id(thread.get("createdBy") if isinstance(thread, dict) else None))
+    return Actors()
+
+
+# Plain's ids are compared exactly, as Plain prints them.
+TRUST = TrustSpec(field="actor_ids", label="Plain actor id", case_insensitive=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +332,8 @@ SOURCE = SourceKind(
     verify=verify,
     derive_address=derive_address,
     echo_clues=echo_clues,
+    actors=actors,
+    trust=TRUST,
     description="Plain webhooks (request-signing secret from the workspace's settings).",
 )
 
