@@ -365,10 +365,12 @@ async def create_webhook(
     instance: str | None = None,
     name: str | None = None,
     description: str | None = None,
+    trust: dict[str, Any] | None = None,
 ) -> NewWebhook:
     """``instance`` pins the webhook to the instance it serves (``ghes.example.com``,
     ``https://git.example.com/gitea``); left out, its first verified delivery with a reply address
-    binds it (see ``instances``)."""
+    binds it (see ``instances``). ``trust``: its trusted actors as ``intake_config.trust_for_create``
+    checked them (required for kinds with actors; without it every delivery is quarantined)."""
     try:
         kind = providers.source(source)
     except UnknownKind:
@@ -402,6 +404,7 @@ async def create_webhook(
             instance=pinned,
             name=name,
             description=description,
+            trust=trust,
         )
         secret = _mint_secret() if kind.secret == "minted" else None
         if secret is not None:
@@ -510,19 +513,13 @@ async def list_webhooks(
         rows = (await s.execute(query)).all()
         out = []
         for webhook, slug in rows:
-            routes = (
-                (
-                    await s.execute(
-                        select(Endpoint.slug)
-                        .join(Route, Route.endpoint_id == Endpoint.id)
-                        .where(Route.webhook_id == webhook.id)
-                        .order_by(Route.created_at)
-                    )
-                )
-                .scalars()
-                .all()
+            routes = await s.scalars(
+                select(Endpoint.slug)
+                .join(Route, Route.endpoint_id == Endpoint.id)
+                .where(Route.webhook_id == webhook.id)
+                .order_by(Route.created_at)
             )
-            out.append(webhook_view(webhook, slug, list(routes)))
+            out.append(webhook_view(webhook, slug, list(routes.all())))
         return out
 
 
@@ -550,6 +547,9 @@ def webhook_view(webhook: Webhook, endpoint_slug: str, routes: list[str] | None 
         "previous_secret_expires_at": webhook.previous_secret_expires_at
         if webhook.previous_secret_expires_at is not None and webhook.previous_secret_expires_at > utcnow()
         else None,
+        # Who may create work, and how many routing rules decide what does (docs/routing.md).
+        "trust": webhook.trust,
+        "rules": len((webhook.routing or {}).get("rules") or []),
     }
 
 
