@@ -14,7 +14,7 @@ import logging
 import os
 import re
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "SWITCHBOARD_"
@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     # installed one, "" none of them; the built-ins load unless disabled.
     plugins: str | None = None
     disable_plugins: str = ""
+    # Routing rules (docs/routing.md): the time one rule may run, the time a delivery's rules may
+    # take together (waiting for a free worker included), and the worker processes that run them.
+    rule_timeout_ms: int = Field(200, ge=10, le=10_000)
+    rule_budget_ms: int = Field(1000, ge=10, le=60_000)
+    rule_workers: int = Field(2, ge=1, le=64)
     log_level: str = "INFO"
 
     @field_validator("database_url")
@@ -112,6 +117,14 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(part, strict=False)
             except ValueError:
                 raise ValueError(f"{part!r} is not a network in CIDR form") from None
+        return value
+
+    @field_validator("rule_budget_ms")
+    @classmethod
+    def _rule_budget(cls, value: int, info: ValidationInfo) -> int:
+        timeout = info.data.get("rule_timeout_ms")
+        if isinstance(timeout, int) and value < timeout:
+            raise ValueError(f"must be at least SWITCHBOARD_RULE_TIMEOUT_MS ({timeout})")
         return value
 
     @field_validator("log_level")
