@@ -22,7 +22,7 @@ from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
 from switchboard.todos.statements import add_attempt, claim_rows, complete_row, update_open_attempt
-from switchboard.todos.views import payload_of, replies_summary, todo_detail, todo_row
+from switchboard.todos.views import not_held, payload_of, replies_summary, todo_detail, todo_row
 
 STATES = ("pending", "claimed", "done", "failed", "cancelled")
 LIST_LIMIT_DEFAULT = 50
@@ -91,7 +91,7 @@ async def _locked_todo(s: AsyncSession, endpoint: Endpoint, todo_id: Any) -> Tod
     """The endpoint's todo, row-locked for this transaction (SQLite: the write lock is held)."""
     _check_todo_id(todo_id)
     todo = await s.scalar(
-        select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id).with_for_update()
+        select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id, not_held()).with_for_update()
     )
     if todo is None:
         raise not_found(f"todo {todo_id!r}")
@@ -189,7 +189,7 @@ async def list_todos(
     db: Database, endpoint: Endpoint, *, queue: Any = None, state: Any = None, limit: Any = None
 ) -> list[dict[str, Any]]:
     """The endpoint's todos, newest first, without payloads."""
-    query = select(Todo).where(Todo.endpoint_id == endpoint.id)
+    query = select(Todo).where(Todo.endpoint_id == endpoint.id, not_held())
     if queue is not None:
         query = query.where(Todo.queue == _granted_queue(endpoint, queue))
     if state is not None:
@@ -212,7 +212,9 @@ async def get_todo(db: Database, endpoint: Endpoint, todo_id: Any) -> dict[str, 
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise invalid("todo_id must be a todo id")
     async with db.read() as s:
-        todo = await s.scalar(select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id))
+        todo = await s.scalar(
+            select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id, not_held())
+        )
         if todo is None:
             raise not_found(f"todo {todo_id!r}")
         return await todo_detail(s, todo)
@@ -366,7 +368,9 @@ async def _refusal(
 ) -> SwitchboardError:
     """Why a verb that wrote nothing refused: the same error ``_held`` gives under the row lock."""
     async with db.read() as s:
-        todo = await s.scalar(select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id))
+        todo = await s.scalar(
+            select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id, not_held())
+        )
     if todo is None:
         return not_found(f"todo {todo_id!r}")
     try:

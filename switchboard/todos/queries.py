@@ -21,7 +21,7 @@ from switchboard.errors import invalid, not_found
 from switchboard.models import Endpoint, Event, Todo, TodoEvent
 from switchboard.paging import Page, check_page
 from switchboard.tenancy import Owner, scope_filter
-from switchboard.todos.views import replies_summary, todo_detail, todo_row
+from switchboard.todos.views import not_held, replies_summary, todo_detail, todo_row
 
 OPERATOR_LIMIT_MAX = 1000
 # The states a listing filters by: ``dead`` is the dead letters (failed, never retried again),
@@ -113,8 +113,9 @@ def _state_condition(state: str) -> ColumnElement[bool]:
 
 async def conditions(s: AsyncSession, scopes: list[Owner] | None, f: TodoFilter) -> list[ColumnElement[bool]]:
     """The WHERE clauses of ``f`` over ``todos JOIN endpoints``. An endpoint outside ``scopes`` is
-    ``not_found``, exactly like one that does not exist."""
-    where = [visible(scopes)]
+    ``not_found``, exactly like one that does not exist. Held todos are left out: the quarantine
+    list shows them (``BOARD_STATES`` has no ``held``)."""
+    where = [visible(scopes), not_held()]
     if f.endpoint is not None:
         endpoint_id = await s.scalar(select(Endpoint.id).where(Endpoint.slug == f.endpoint, visible(scopes)))
         if endpoint_id is None:

@@ -8,11 +8,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import rfc3339
 from switchboard.models import Attempt, Reply, Todo
+
+# A held todo is quarantined (docs/routing.md, "Quarantine"): the human's to release or discard.
+# No agent verb lists, shows, claims or touches one, and the board keeps it to the quarantine list.
+HELD = "held"
+
+
+def not_held() -> ColumnElement[bool]:
+    """SQL filter: the todos agents (and the board's listings) may see."""
+    return Todo.state != HELD
 
 
 async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:
