@@ -107,7 +107,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """The process's guarded outbound client and database pool, closed on shutdown."""
+    """The process's guarded outbound client, rule sandbox and database pool, closed on shutdown."""
     services = app[SERVICES]
     # A test (or an embedding) may install its own client first; only close what we made.
     made = services.outbound is None
@@ -116,6 +116,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     if made:
         await client.close()
         services.outbound = None
+    # The rule sandbox's workers (docs/routing.md); ingest has stored what was in flight by now.
+    await services.sandbox.close()
     await services.db.dispose()
 
 

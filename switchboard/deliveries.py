@@ -254,7 +254,11 @@ async def _make(
         event = ingest._event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
         event["verify_detail"] = clean_line(f"{note}; {event['verify_detail']}", 200)
         event["redelivery_of"] = original
-        todos = ingest._todo_rows(config, event, verdict, address, minting) if disposition == "routed" else []
+        # Intake as for any delivery: trust and the webhook's rules as they are now.
+        _, todos = await ingest._intake(
+            services, config, kind, delivery, verdict, verified, address, minting, targets, event
+        )
+        disposition = event["disposition"]
         rows = Rows(
             config=config,
             target_ids=tuple(t.endpoint_id for t in targets),
@@ -264,7 +268,8 @@ async def _make(
         )
         result = await writer.submit(rows)
         if result.status == "stored":
-            return Made(event["id"], disposition, [str(t["id"]) for t in todos], original)
+            made = [str(t["id"]) for t in todos if str(t["id"]) not in result.folded]
+            return Made(event["id"], disposition, made, original)
         if result.status == "duplicate" and original is None:
             raise conflict("this delivery's key is already stored: nothing new was made")
         if result.status in ("failed", "unavailable"):

@@ -4,9 +4,9 @@
 The order matters and is the contract: size cap, the webhook, its flood guard (nothing read or
 stored), its targets, the provider's ``verify`` over the raw bytes (a refusal stores nothing), the
 delivery key and deduplication, housekeeping, echo suppression, the reply address (verified
-deliveries only), then one transaction for the event and every fan-out todo, and only after it
-commits the 202 and the doorbell. The source kind is whatever a provider registered: nothing here
-names one.
+deliveries only), intake (trusted actors and the webhook's rules: ``intake``, docs/routing.md), then
+one transaction for the event and its todos, and only after it commits the 202 and the doorbell.
+The source kind is whatever a provider registered: nothing here names one.
 
 Everything up to the rows is done here, per request, with no write; the rows go to the process's
 group-commit writer (``ingest_writer``), which stores the deliveries that accumulated while its
@@ -40,12 +40,11 @@ from switchboard.ingest_config import ConfigCache, Target, WebhookConfig, listen
 from switchboard.ingest_retention import EVENT_RETENTION, prune_events
 from switchboard.ingest_writer import IngestWriter, Result, Rows
 from switchboard.instances import bind_address
-from switchboard.models import Todo
+from switchboard.intake import Content, Plan, answered, plan, todo_rows
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
 from switchboard.tenancy import webhook_secret
-from switchboard.todos import new_todo_row
 from switchboard.vault import VaultError
 from switchboard.webhook_ops import PAUSED_RETRY_AFTER, previous_secret
 
@@ -79,10 +78,11 @@ INGEST_ADMISSION = web.AppKey("ingest_admission", Admission)
 
 @dataclass(frozen=True)
 class Decision:
-    """A delivery decided (steps 2-6) and its rows (step 7), ready for the writer."""
+    """A delivery decided (steps 2-6), what intake made of it and its rows (step 7), ready for the
+    writer. ``plan`` is None unless the delivery was ``routed`` into intake."""
 
     rows: Rows
-    targets: list[Target]
+    plan: Plan | None
     verified: bool
     disposition: str
     key: str
@@ -229,9 +229,11 @@ async def _decide(
         services, config, delivery, verdict, verified, targets
     )
 
-    # 7. The event and one todo per target that did not send this very delivery.
+    # 7. Intake (trust, rules, the action), then the event and its todos.
     event = _event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
-    todos = _todo_rows(config, event, verdict, address, minting) if disposition == "routed" else []
+    decided, todos = await _intake(
+        services, config, kind, delivery, verdict, verified, address, minting, targets, event
+    )
     rows = Rows(
         config=config,
         target_ids=tuple(t.endpoint_id for t in targets),
@@ -239,7 +241,33 @@ async def _decide(
         todos=todos,
         source=webhook.source,
     )
-    return Decision(rows, minting, verified, disposition, key, secondary)
+    return Decision(rows, decided, verified, event["disposition"], key, secondary)
+
+
+async def _intake(
+    services: Services,
+    config: WebhookConfig,
+    kind: SourceKind,
+    delivery: Delivery,
+    verdict: Verdict,
+    verified: bool,
+    address: Address | None,
+    minting: list[Target],
+    targets: list[Target],
+    event: dict[str, Any],
+) -> tuple[Plan | None, list[dict[str, Any]]]:
+    """Step 7 for a ``routed`` delivery: intake's plan (trust, rules, the action; ``minting``: the
+    live ``targets`` that did not send this very reply), kept on the event, and the todo rows."""
+    if event["disposition"] != "routed":
+        return None, []
+    encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
+    decided = await plan(
+        services, config, kind, delivery, verdict, verified, address, minting, live=targets, encoded=encoded
+    )
+    event["disposition"], event["routing"] = decided.disposition, decided.event_trace
+    at, source = event["received_at"], config.webhook.source
+    content = Content.of(source, verdict, address, event_id=event["id"], now=at, encoded=encoded)
+    return decided, _todo_rows(decided, content)
 
 
 async def _answer(services: Services, config: WebhookConfig, decision: Decision, result: Result) -> Outcome:
@@ -264,14 +292,12 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
         disposition,
         len(decision.rows.todos),
     )
-    todos = [
-        {"id": todo["id"], "endpoint": target.slug, "queue": todo["queue"], "created": True}
-        for target, todo in zip(decision.targets, decision.rows.todos, strict=False)
-    ]
+    made = decision.plan
+    todos = answered(made, decision.rows.todos, result.folded) if made is not None else []
     return Outcome(
         accepted(
             todos,
-            created=len(todos),
+            created=sum(1 for todo in todos if todo["created"]),
             verified=decision.verified,
             trust_mode=webhook.trust_mode,
             disposition=disposition,
@@ -481,45 +507,14 @@ def _event_row(
         "trust_mode": config.webhook.trust_mode,
         "disposition": disposition,
         "received_at": delivery.received_at,
+        # Intake's trace (``_intake``); every event row sets it, so a batch's rows share one insert.
+        "routing": None,
     }
 
 
-def _todo_rows(
-    config: WebhookConfig,
-    event: dict[str, Any],
-    verdict: Verdict,
-    address: Address | None,
-    targets: list[Target],
-) -> list[dict[str, Any]]:
-    """Step 7: one todo per target, all with the same payload (encoded once) and reply address."""
-    webhook = config.webhook
-    source = webhook.source
-    payload, encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
-    reply_to = address.as_dict() if address is not None else None
-    todo_kind = clean_line(verdict.event or source, 100)
-    title = clean_line(verdict.title or f"{source} delivery", 300)
-    return [
-        _values(
-            new_todo_row(
-                endpoint_id=target.endpoint_id,
-                queue=webhook.queue,
-                source=source,
-                kind=todo_kind,
-                title=title,
-                payload=payload,
-                reply_to=dict(reply_to) if reply_to else None,
-                event_id=event["id"],
-                now=event["received_at"],
-                encoded=encoded,
-            )
-        )
-        for target in targets
-    ]
-
-
-def _values(todo: Todo) -> dict[str, Any]:
-    """The column values ``new_todo_row`` set, as the writer's multi-row insert takes them."""
-    return {k: v for k, v in vars(todo).items() if not k.startswith("_")}
+def _todo_rows(decided: Plan, content: Content) -> list[dict[str, Any]]:
+    """Step 7: the todos of the plan, all with the same payload (encoded once) and reply address."""
+    return todo_rows(decided, content)
 
 
 async def handle_webhook(request: web.Request) -> web.Response:

@@ -252,11 +252,11 @@ async def _route(
             [(str(rule["id"]), str(rule["expr"])) for rule in rules], envelope, params
         )
         if match.fault is not None:
-            rule_id = match.rule
-            why = f"rule {rule_id} faulted: {match.fault}" if rule_id else f"rules faulted: {match.fault}"
-            rule = _rule_by_id(rules, rule_id)
-            trace = _trace("rule", rule, {"type": "quarantine"}, why, actor)
-            detail = {"rule": rule_id, "fault": clean_line(match.fault, 300), "actor": actor}
+            # The sandbox's words name the rule ("rule r1 exceeded its time limit of 200 ms").
+            fault = clean_line(match.fault, 300)
+            rule = _rule_by_id(rules, match.rule)
+            trace = _trace("rule", rule, {"type": "quarantine"}, fault, actor)
+            detail = {"rule": match.rule, "fault": fault, "actor": actor}
             return _held(config, "rule_fault", detail, trace, "faulted", actor)
         index = match.index
     if index is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from switchboard.db import Database
+from switchboard.jq_sandbox import Sandbox
 from switchboard.metrics import Metrics, standard
 from switchboard.outbound import Outbound
 from switchboard.plugins import Providers
@@ -46,6 +47,12 @@ class Services:
     # How many MCP sessions this process holds, per endpoint id: set by the MCP service while it
     # runs (read-only for the pages that show it); None where no MCP service runs (the CLI).
     live_sessions: Callable[[], Mapping[str, int]] | None = None
+    # The routing rules' worker pool (docs/routing.md, "The sandbox"), made from the settings. It
+    # starts no process until a rule runs; whoever runs the services closes it.
+    sandbox: Sandbox = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sandbox = Sandbox.from_settings(self.settings)
 
     async def todos_created(self, todo_ids: list[str]) -> None:
         """Tell listeners about committed todos. A listener's failure never loses a todo: the

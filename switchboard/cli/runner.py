@@ -103,6 +103,8 @@ async def _open(settings: Settings, *, warn_plaintext: bool) -> AsyncIterator[Se
     finally:
         # `connection test` dials through the guarded client; close it before the loop ends.
         await outbound.close_client(services)
+        # `webhook rules set|test` run rules in the sandbox's worker processes.
+        await services.sandbox.close()
         await services.db.dispose()
 
 

@@ -128,6 +128,8 @@ async def services(settings: Settings, extra_providers: list[object]) -> AsyncIt
         providers=plugins.load(extra=extra_providers),
     )
     yield services
+    # The app closes the rule sandbox when it stops; a test that ran rules without one closes it here.
+    await services.sandbox.close()
     await services.db.dispose()
 
 

@@ -164,12 +164,15 @@ async def make_webhook(
     endpoint: str = "ada-agent",
     queue: str = "default",
     secret: str | None = None,
+    trust: dict[str, Any] | None = None,
 ) -> tuple[str, str | None, str]:
     """A human, an endpoint and a webhook of ``source``: (ingest token, signing secret, webhook id).
 
     The human and endpoint are made only if missing, so several webhooks can share them. For a kind
     whose provider issues the secret, ``secret`` (default: ``PROVIDER_SECRETS``) is set the way an
-    owner pastes it; a minted secret is returned as created.
+    owner pastes it; a minted secret is returned as created. A kind whose deliveries name actors is
+    given ``trust`` (default ``{"allow_all": true}``: every delivery becomes work, as before trusted
+    actors existed; docs/routing.md).
     """
     db = services.db
     if owner not in {h.handle for h in await list_humans(db)}:
@@ -178,10 +181,18 @@ async def make_webhook(
         await tenancy.vend_endpoint(
             db, name=endpoint, owner=await resolve_owner(db, human=owner), queues=[queue]
         )
-    created = await tenancy.create_webhook(
-        db, services.vault, services.providers, endpoint_slug=endpoint, source=source, queue=queue
-    )
     kind = services.providers.sources.get(source)
+    if trust is None and kind is not None and kind.trust is not None:
+        trust = {"allow_all": True}
+    created = await tenancy.create_webhook(
+        db,
+        services.vault,
+        services.providers,
+        endpoint_slug=endpoint,
+        source=source,
+        queue=queue,
+        trust=trust,
+    )
     if kind is not None and kind.secret == "provider":
         secret = secret or PROVIDER_SECRETS.get(source, DEFAULT_PROVIDER_SECRET)
         await tenancy.set_webhook_secret(db, services.vault, services.providers, created.webhook.id, secret)
