@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
@@ -339,8 +339,21 @@ async def delete_connection(services: Services, owner: Owner | None, connection_
         await s.delete(await _row(s, owner, connection_id, lock=True))
 
 
-def open_secret(services: Services, row: Connection) -> str:
-    """The plaintext credential, for a dial only. Raises ``unavailable`` if it cannot be opened."""
+class SealedSecret(Protocol):
+    """A connection's sealed secret and the row it is bound to: the ORM row, or the reply path's
+    Core read of it (``reply_statements.Candidate``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def secret_ciphertext(self) -> bytes: ...
+    @property
+    def secret_key_id(self) -> str: ...
+
+
+def open_secret(services: Services, row: SealedSecret) -> str:
+    """The plaintext credential, for a dial only (never kept: each dial opens it again). Raises
+    ``unavailable`` if it cannot be opened."""
     try:
         return services.vault.open(
             row.secret_ciphertext, row.secret_key_id, binding("connections", "secret", row.id)

@@ -26,20 +26,21 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any, cast
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard import outbound, secretscan
+from switchboard import reply_statements as statements
 from switchboard.connections import open_secret
 from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, token_hash
-from switchboard.models import Connection, Endpoint, Reply, ReplyBucket, Todo
+from switchboard.models import Connection, Endpoint, Reply
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
+from switchboard.reply_statements import Candidate, Context, Recorded
 from switchboard.services import Services
 from switchboard.tenancy import Owner
 from switchboard.todos import reply_view
@@ -49,8 +50,8 @@ log = logging.getLogger("switchboard.reply")
 TEXT_LIMIT_BYTES = 16 * 1024
 KEY_RE = re.compile(r"[\x20-\x7e]{1,128}")
 # The per-endpoint token bucket: a burst of 30, then one reply every 2 seconds.
-BUCKET_CAPACITY = 30.0
-BUCKET_REFILL_PER_SECOND = 0.5
+BUCKET_CAPACITY = statements.BUCKET_CAPACITY
+BUCKET_REFILL_PER_SECOND = statements.BUCKET_REFILL_PER_SECOND
 MAX_RETRIES = 2
 RETRY_AFTER_CAP = 10.0
 DEFAULT_BLOCK_SECONDS = 30.0
@@ -72,7 +73,7 @@ def reply_key(todo_id: str, text: str) -> str:
     return hashlib.sha256(f"{todo_id}\0{text}".encode()).hexdigest()
 
 
-def _outcome(row: Reply, *, duplicate: bool) -> dict[str, Any]:
+def _outcome(row: Recorded, *, duplicate: bool) -> dict[str, Any]:
     # A row still pending when we stop waiting has an outcome nobody knows yet.
     state = "unknown" if row.state == "pending" else row.state
     out: dict[str, Any] = {"reply_id": row.id, "state": state, "duplicate": duplicate, "display": row.display}
@@ -94,6 +95,7 @@ async def replies_of(services: Services, todo_id: str) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class _Ready:
     reply_id: str
+    todo_id: str
     connection_id: str
     kind: str
     account_key: str
@@ -130,14 +132,19 @@ def _check_arguments(todo_id: object, text: object, idempotency_key: object, lea
 
 
 def _check_state(
-    todo: Todo, endpoint: Endpoint, now: datetime, grace_seconds: int, lease_token: str | None
+    todo_id: str,
+    todo: Context,
+    endpoint: Endpoint,
+    now: datetime,
+    grace_seconds: int,
+    lease_token: str | None,
 ) -> None:
     if todo.state == "pending":
         raise _refuse("not_claimed", "claim the todo before replying to it")
     if todo.state == "claimed":
         if todo.lease_expires_at is not None and todo.lease_expires_at <= now:
             raise _refuse("not_claimed", "the todo's lease has expired; claim it again to reply")
-        _check_fence(todo, lease_token)
+        _check_fence(todo_id, todo.lease_token_hash, lease_token)
         return
     # Finished: the claim a token fenced is over (its hash is cleared), so a token is not checked;
     # the grace window belongs to the endpoint that finished the todo.
@@ -150,27 +157,25 @@ def _check_state(
         )
 
 
-def _check_fence(todo: Todo, lease_token: str | None) -> None:
+def _check_fence(todo_id: str, lease_token_hash: str | None, lease_token: str | None) -> None:
     """A fenced claim's worker must present its lease_token, exactly as ``complete`` requires: a
     superseded worker (its lease expired and another claim took the todo) is refused ``conflict``
     rather than posting in the new holder's name."""
-    if todo.lease_token_hash is not None:
+    if lease_token_hash is not None:
         if lease_token is None:
-            raise conflict(f"todo {todo.id} is claimed with fencing: pass its lease_token")
-        if token_hash(lease_token) != todo.lease_token_hash:
-            raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
+            raise conflict(f"todo {todo_id} is claimed with fencing: pass its lease_token")
+        if token_hash(lease_token) != lease_token_hash:
+            raise conflict(f"lease_token does not match the current claim of todo {todo_id}")
     elif lease_token is not None:
-        raise conflict(f"lease_token does not match the current claim of todo {todo.id}")
+        raise conflict(f"lease_token does not match the current claim of todo {todo_id}")
 
 
-async def _choose_connection(
-    s: AsyncSession, services: Services, todo: Todo, endpoint: Endpoint, address: Address
-) -> tuple[Connection, ConnectionKind]:
+def _choose_connection(
+    services: Services, ctx: Context, endpoint: Endpoint, address: Address
+) -> tuple[Candidate, ConnectionKind]:
     """The todo's owner scope's one connection serving this address (docs/replying.md, "Which
-    credential is used")."""
-    todo_endpoint = await s.get(Endpoint, todo.endpoint_id)
-    assert todo_endpoint is not None
-    owner = Owner.of(todo_endpoint)
+    credential is used"). ``ctx.candidates`` are every connection of that scope: the todo is the
+    calling endpoint's own, so its owner is the endpoint's."""
     missing = _refuse(
         "no_connection",
         f"the todo's owner has no {address.provider} connection for {address.display}; "
@@ -180,16 +185,10 @@ async def _choose_connection(
         kind = services.providers.connection(address.provider)
     except UnknownKind:
         raise missing from None
-    scope = (
-        Connection.owner_human_id == owner.human_id
-        if owner.human_id
-        else Connection.owner_team_id == owner.team_id
-    )
-    rows = await s.scalars(
-        select(Connection).where(scope, Connection.kind == kind.name).order_by(Connection.created_at)
-    )
     matching = []
-    for row in rows.all():
+    for row in ctx.candidates:
+        if row.kind != kind.name:
+            continue
         try:
             matches = kind.account_matches(row.account_key, address)
         except (KeyError, TypeError, ValueError):
@@ -225,26 +224,47 @@ async def _choose_connection(
     return chosen, kind
 
 
-async def _take_token(s: AsyncSession, services: Services, endpoint_id: str, now: datetime) -> None:
-    """Spend one token of the endpoint's bucket (created full on first use), or refuse."""
-    dialect = postgresql if services.db.dialect == "postgresql" else sqlite
-    await s.execute(
-        dialect.insert(ReplyBucket)
-        .values(endpoint_id=endpoint_id, tokens=BUCKET_CAPACITY, updated_at=now)
-        .on_conflict_do_nothing(index_elements=["endpoint_id"])
+def _rate_limited_bucket(tokens: float) -> SwitchboardError:
+    wait = statements.wait_for_token(tokens)
+    return _refuse("rate_limited", f"this endpoint is replying too fast; retry in {wait} s", retry_after=wait)
+
+
+def _cap_reached(cap: int) -> SwitchboardError:
+    return _refuse(
+        "rate_limited", f"this todo has had its {cap} replies; no more are accepted", retry_after=None
     )
-    bucket = await s.scalar(
-        select(ReplyBucket).where(ReplyBucket.endpoint_id == endpoint_id).with_for_update()
-    )
-    assert bucket is not None
-    elapsed = max(0.0, (now - bucket.updated_at).total_seconds())
-    tokens = min(BUCKET_CAPACITY, bucket.tokens + elapsed * BUCKET_REFILL_PER_SECOND)
+
+
+async def _take_token(
+    conn: AsyncConnection, services: Services, ctx: Context, todo_id: str, endpoint_id: str, now: datetime
+) -> None:
+    """Spend one token of the endpoint's bucket while the todo is under its cap, or refuse. The
+    fast path is one statement; the locked path runs only if a concurrent reply changed things."""
+    cap = services.settings.reply_todo_cap
+    if ctx.replies >= cap:
+        raise _cap_reached(cap)
+    tokens = statements.tokens_now(ctx.bucket_tokens, ctx.bucket_at, now)
     if tokens < 1.0:
-        wait = math.ceil((1.0 - tokens) / BUCKET_REFILL_PER_SECOND)
-        raise _refuse(
-            "rate_limited", f"this endpoint is replying too fast; retry in {wait} s", retry_after=wait
-        )
-    bucket.tokens, bucket.updated_at = tokens - 1.0, now
+        raise _rate_limited_bucket(tokens)
+    dialect = services.db.dialect
+    taken = await statements.take_token(
+        conn,
+        dialect,
+        endpoint_id=endpoint_id,
+        todo_id=todo_id,
+        cap=cap,
+        tokens=tokens,
+        seen=ctx.bucket_at,
+        now=now,
+    )
+    if taken:
+        return
+    if await statements.replies_now(conn, todo_id) >= cap:
+        raise _cap_reached(cap)
+    tokens = await statements.take_token_locked(conn, dialect, endpoint_id, now)
+    if tokens < 1.0:
+        raise _rate_limited_bucket(tokens)
+    await statements.spend_locked(conn, endpoint_id, tokens, now)
 
 
 async def _prepare(
@@ -252,26 +272,24 @@ async def _prepare(
 ) -> _Ready | str:
     """Run every check and insert the pending row; or the id of the existing row for this key."""
     now = utcnow()
-    async with services.db.write() as s:
-        todo = await s.scalar(select(Todo).where(Todo.id == todo_id).with_for_update())
-        if todo is None or todo.endpoint_id != endpoint.id:
+    owner = Owner.of(endpoint)
+    async with services.db.writing() as conn:
+        ctx = await statements.read_context(conn, todo_id, key, owner.id)
+        if ctx is None or ctx.endpoint_id != endpoint.id:
             raise not_found(f"todo {todo_id!r}")
-        existing = await s.scalar(
-            select(Reply.id).where(Reply.todo_id == todo_id, Reply.idempotency_key == key)
-        )
-        if existing is not None:
-            return existing
-        if not todo.reply_to:
+        if ctx.existing is not None:
+            return ctx.existing
+        if not ctx.reply_to:
             raise _refuse(
                 "no_reply_address",
                 "this todo has no reply address (only a verified delivery from a conversation has one)",
             )
         try:
-            address = Address.from_dict(todo.reply_to)
+            address = Address.from_dict(ctx.reply_to)
         except (KeyError, TypeError):
             raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
-        _check_state(todo, endpoint, now, services.settings.reply_grace_seconds, lease_token)
-        connection, kind = await _choose_connection(s, services, todo, endpoint, address)
+        _check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
+        connection, kind = _choose_connection(services, ctx, endpoint, address)
         body = text.strip()
         if len(body) > kind.text_limit:
             raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
@@ -290,42 +308,41 @@ async def _prepare(
                 f"the provider rate-limited connection {connection.name!r}; retry in {wait} s",
                 retry_after=wait,
             )
-        count = await s.scalar(select(func.count()).select_from(Reply).where(Reply.todo_id == todo_id))
-        cap = services.settings.reply_todo_cap
-        if (count or 0) >= cap:
-            raise _refuse(
-                "rate_limited", f"this todo has had its {cap} replies; no more are accepted", retry_after=None
-            )
-        await _take_token(s, services, endpoint.id, now)
+        await _take_token(conn, services, ctx, todo_id, endpoint.id, now)
         secret = open_secret(services, connection)
-        row = Reply(
-            id=new_id("rp"),
-            todo_id=todo.id,
-            endpoint_id=endpoint.id,
-            idempotency_key=key,
-            state="pending",
-            connection_id=connection.id,
-            connection_name=connection.name,
-            connection_fingerprint=connection.fingerprint,
-            owner_scope=connection.owner_human_id or connection.owner_team_id or "",
-            address_kind=address.kind,
-            provider=address.provider,
-            display=address.display,
-            thread_key=address.display,
-            text_hash=hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),
-            created_at=now,
-            updated_at=now,
+        reply_id = new_id("rp")
+        owner_scope = connection.owner_human_id or connection.owner_team_id or ""
+        await statements.insert_pending(
+            conn,
+            {
+                "id": reply_id,
+                "todo_id": todo_id,
+                "endpoint_id": endpoint.id,
+                "idempotency_key": key,
+                "state": "pending",
+                "connection_id": connection.id,
+                "connection_name": connection.name,
+                "connection_fingerprint": connection.fingerprint,
+                "owner_scope": owner_scope,
+                "address_kind": address.kind,
+                "provider": address.provider,
+                "display": address.display,
+                "thread_key": address.display,
+                "text_hash": hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),
+                "created_at": now,
+                "updated_at": now,
+            },
         )
-        s.add(row)
         return _Ready(
-            row.id,
+            reply_id,
+            todo_id,
             connection.id,
             connection.kind,
             connection.account_key,
             secret,
             address,
             body,
-            row.owner_scope,
+            owner_scope,
         )
 
 
@@ -406,39 +423,47 @@ def _clip(value: str | None, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) and value else None
 
 
-async def _finish(services: Services, reply_id: str, result: PostResult) -> Reply:
+async def _finish(services: Services, ready: _Ready, result: PostResult) -> Recorded:
     permalink = result.permalink if result.permalink and result.permalink.startswith("https://") else None
     if permalink is None and result.permalink and result.permalink.startswith("http://"):
         permalink = result.permalink  # only reachable with SWITCHBOARD_OUTBOUND_ALLOW_HTTP set
+    sent = result.state == "sent"
+    wrote = Recorded(
+        id=ready.reply_id,
+        todo_id=ready.todo_id,
+        state=result.state,
+        display=ready.address.display,
+        permalink=_clip(permalink, 2000),
+        error_class=None if sent else result.error_class,
+        error_code=None if sent else _clip(result.error_code, 100),
+    )
     values = {
-        "state": result.state,
+        "state": wrote.state,
         "provider_object_id": _clip(result.object_id, 200),
-        "permalink": _clip(permalink, 2000),
-        "error_class": result.error_class if result.state != "sent" else None,
-        "error_code": _clip(result.error_code, 100) if result.state != "sent" else None,
+        "permalink": wrote.permalink,
+        "error_class": wrote.error_class,
+        "error_code": wrote.error_code,
         "updated_at": utcnow(),
     }
-    async with services.db.write() as s:
-        # "unknown" too: if the sweeper gave up on a slow dial, the real outcome still wins.
-        await s.execute(
-            update(Reply)
-            .where(Reply.id == reply_id, Reply.state.in_(("pending", "unknown")))
-            .values(**values)
-        )
-        row = await s.get(Reply, reply_id)
-        assert row is not None
-        return row
+    async with services.db.writing(one_statement=True) as conn:
+        row = await statements.record_outcome(conn, ready.reply_id, values)
+    if row is None:
+        # Already final, or gone with its todo: what the table says, else what the dial said.
+        async with services.db.read() as s:
+            row = await statements.read_recorded(await s.connection(), ready.reply_id)
+    return row or wrote
 
 
-async def _await_outcome(services: Services, reply_id: str) -> Reply:
+async def _await_outcome(services: Services, reply_id: str) -> Recorded:
     """The recorded reply, once it has left ``pending`` (or when waiting is pointless)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + DUPLICATE_WAIT
     delay = 0.05
     while True:
         async with services.db.read() as s:
-            row = await s.get(Reply, reply_id)
-        assert row is not None
+            row = await statements.read_recorded(await s.connection(), reply_id)
+        if row is None:
+            raise not_found(f"reply {reply_id!r}")
         if row.state != "pending" or loop.time() >= give_up:
             return row
         await asyncio.sleep(delay)
@@ -484,14 +509,14 @@ async def send_reply(
 
 
 # Strong references to dials in flight (a shielded task must not be garbage-collected).
-_IN_FLIGHT: set[asyncio.Task[Reply]] = set()
+_IN_FLIGHT: set[asyncio.Task[Recorded]] = set()
 
 
-async def _dial_and_record(services: Services, prepared: _Ready) -> Reply:
+async def _dial_and_record(services: Services, prepared: _Ready) -> Recorded:
     started = time.monotonic()
     result = await _dial(services, prepared)
     services.metrics.observe("switchboard_reply_seconds", time.monotonic() - started)
-    row = await _finish(services, prepared.reply_id, result)
+    row = await _finish(services, prepared, result)
     services.metrics.inc("switchboard_replies_total", state=row.state, error_class=row.error_class or "none")
     log.info(
         "reply %s on todo %s to %s: %s%s",

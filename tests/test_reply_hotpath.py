@@ -1,0 +1,264 @@
+"""The lean reply path (issue 12): one read statement and one write transaction before the dial, one
+statement after it, and the guarantees that leanness must keep: the pending row committed before the
+dial, the per-todo cap and the endpoint's bucket exact under concurrent calls (the compare-and-set
+and its locked fallback), and an outcome even when the row is gone. On whichever engine the run uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, event, select, update
+
+from switchboard import connections as conn
+from switchboard import reply
+from switchboard import reply_statements as statements
+from switchboard.db import utcnow
+from switchboard.errors import SwitchboardError
+from switchboard.hookspecs import hookimpl
+from switchboard.models import Reply, ReplyBucket
+from switchboard.provider import Address, CheckResult, ConnectionCheck, ConnectionKind, PostResult, ReplyPost
+from switchboard.testing import FakeProvider, claimed_todo, human_and_endpoint, slack_address
+
+SLACK_SECRET = "slack-test-bot-credential-" + "Hp4Ns2"
+
+
+@pytest.fixture
+def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
+    return {**fake_api_settings, "reply_todo_cap": 3}
+
+
+class Witness:
+    """A provider whose post looks at the database from another connection before it answers: what
+    it sees is what was committed before the dial."""
+
+    KIND = "witness"
+
+    def __init__(self) -> None:
+        self.services: Any = None
+        self.seen: list[tuple[str, str | None]] = []
+
+    @hookimpl
+    def register_kinds(self, register: Callable[[Any], None]) -> None:
+        async def check(c: ConnectionCheck) -> CheckResult:
+            return CheckResult(ok=True)
+
+        async def post(p: ReplyPost) -> PostResult:
+            async with self.services.db.read() as s:
+                state = await s.scalar(select(Reply.state).where(Reply.id == p.reply_id))
+            self.seen.append((p.reply_id, state))
+            return PostResult(state="sent", object_id=f"w-{len(self.seen)}")
+
+        register(
+            ConnectionKind(
+                self.KIND,
+                normalize_account_key=lambda key: key.strip(),
+                account_matches=lambda key, address: address.fields.get("room") is not None,
+                target_of=lambda address: str(address.fields.get("room")),
+                text_limit=1000,
+                test=check,
+                post=post,
+            )
+        )
+
+
+@pytest.fixture
+def witness() -> Witness:
+    return Witness()
+
+
+@pytest.fixture
+def extra_providers(witness: Witness) -> list[object]:
+    return [witness]
+
+
+def witness_address(room: str = "r1") -> Address:
+    return Address(kind="witness_room", provider="witness", display=f"witness {room}", fields={"room": room})
+
+
+async def slack_world(services: Any, db: Any) -> Any:
+    owner, endpoint = await human_and_endpoint(db)
+    await conn.create_connection(
+        services, owner, kind="slack", name="slack", account_key="T0TEST", secret=SLACK_SECRET
+    )
+    return endpoint
+
+
+async def codes(calls: list[Any]) -> list[str]:
+    """Each call's state, or its refusal's code, in order."""
+    out = []
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, SwitchboardError):
+            out.append(result.code)
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            out.append(result["state"])
+    return out
+
+
+async def bucket_of(db: Any, endpoint_id: str) -> ReplyBucket:
+    async with db.read() as s:
+        bucket: ReplyBucket | None = await s.get(ReplyBucket, endpoint_id)
+    assert bucket is not None
+    return bucket
+
+
+async def set_bucket(db: Any, endpoint_id: str, tokens: float) -> None:
+    async with db.write() as s:
+        await s.execute(
+            update(ReplyBucket)
+            .where(ReplyBucket.endpoint_id == endpoint_id)
+            .values(tokens=tokens, updated_at=utcnow())
+        )
+
+
+def stale_context(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """The reply's one read sees ``changes`` instead of the table: what a read that raced a
+    concurrent reply (another process, or one waiting on the todo's lock) would have seen."""
+    real = statements.read_context
+
+    async def stale(*args: Any, **kwargs: Any) -> statements.Context | None:
+        ctx = await real(*args, **kwargs)
+        return None if ctx is None else dataclasses.replace(ctx, **changes)
+
+    monkeypatch.setattr(statements, "read_context", stale)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_the_pending_row_is_committed_before_the_dial(
+    services: Any, db: Any, guarded: Any, witness: Witness
+) -> None:
+    witness.services = services
+    owner, endpoint = await human_and_endpoint(db)
+    await conn.create_connection(
+        services, owner, kind="witness", name="w", account_key="w", secret="w-secret"
+    )
+    todo = await claimed_todo(db, endpoint, witness_address())
+    result = await reply.send_reply(services, endpoint, todo.id, "hello")
+    # Another connection saw the row, pending, while the provider held the post.
+    assert witness.seen == [(result["reply_id"], "pending")]
+    async with db.read() as s:
+        row = await s.get(Reply, result["reply_id"])
+    assert row is not None and (row.state, row.provider_object_id) == ("sent", "w-1")
+
+
+async def test_concurrent_replies_on_one_todo_never_pass_its_cap(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    got = await codes([reply.send_reply(services, endpoint, todo.id, f"update {n}") for n in range(8)])
+    assert sorted(got) == ["rate_limited"] * 5 + ["sent"] * 3
+    assert len(fake_slack.posts()) == 3
+    async with db.read() as s:
+        assert len((await s.scalars(select(Reply.id).where(Reply.todo_id == todo.id))).all()) == 3
+
+
+async def test_concurrent_replies_on_many_todos_spend_the_bucket_exactly(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No refill while the test runs, however slow the machine: exactly the tokens held are spent.
+    monkeypatch.setattr(statements, "BUCKET_REFILL_PER_SECOND", 1e-9)
+    endpoint = await slack_world(services, db)
+    first = await claimed_todo(db, endpoint, slack_address())
+    await reply.send_reply(services, endpoint, first.id, "makes the bucket")
+    await set_bucket(db, endpoint.id, 3.0)
+    todos = [await claimed_todo(db, endpoint, slack_address(thread=f"17269900{n}.000100")) for n in range(8)]
+    got = await codes([reply.send_reply(services, endpoint, t.id, "done") for t in todos])
+    assert sorted(got) == ["rate_limited"] * 5 + ["sent"] * 3
+    assert len(fake_slack.posts()) == 1 + 3
+    assert (await bucket_of(db, endpoint.id)).tokens == pytest.approx(0.0, abs=1e-3)
+
+
+async def test_a_bucket_changed_since_the_read_is_taken_from_its_locked_value(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    await reply.send_reply(services, endpoint, todo.id, "makes the bucket")
+    await set_bucket(db, endpoint.id, 5.0)
+    # The read saw a full bucket of an hour ago; the table holds 5 tokens taken just now.
+    stale_context(monkeypatch, bucket_tokens=30.0, bucket_at=utcnow() - timedelta(hours=1))
+    assert (await reply.send_reply(services, endpoint, todo.id, "second"))["state"] == "sent"
+    assert (await bucket_of(db, endpoint.id)).tokens == pytest.approx(4.0, abs=0.1)
+    # And when the table's bucket is empty, the stale full one does not let a reply through.
+    await set_bucket(db, endpoint.id, 0.0)
+    with pytest.raises(SwitchboardError) as err:
+        await reply.send_reply(services, endpoint, todo.id, "third")
+    assert (err.value.code, err.value.extra["retry_after"]) == ("rate_limited", 2)
+    assert len(fake_slack.posts()) == 2
+    async with db.read() as s:
+        assert len((await s.scalars(select(Reply.id))).all()) == 2
+
+
+async def test_a_cap_reached_since_the_read_is_refused(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    for n in range(3):
+        await reply.send_reply(services, endpoint, todo.id, f"update {n}")
+    stale_context(monkeypatch, replies=0)
+    with pytest.raises(SwitchboardError) as err:
+        await reply.send_reply(services, endpoint, todo.id, "one too many")
+    assert (err.value.code, err.value.extra["retry_after"]) == ("rate_limited", None)
+    assert "3 replies" in err.value.message
+    assert len(fake_slack.posts()) == 3
+
+
+async def test_a_row_gone_mid_dial_still_answers_the_dials_outcome(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    fake_slack.delay = 0.3
+    call = asyncio.create_task(reply.send_reply(services, endpoint, todo.id, "posting"))
+    for _ in range(200):
+        if fake_slack.posts():
+            break
+        await asyncio.sleep(0.01)
+    assert fake_slack.posts(), "the dial never started"
+    async with db.write() as s:
+        await s.execute(delete(Reply))
+    result = await call
+    assert (result["state"], result["duplicate"], result["display"]) == (
+        "sent",
+        False,
+        slack_address().display,
+    )
+
+
+async def test_a_reply_is_one_read_and_two_writes_around_the_dial(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    await reply.send_reply(services, endpoint, todo.id, "warm")
+    seen: list[str] = []
+
+    def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        seen.append(" ".join(sql.split()[:3]).upper())
+
+    engines = {db.write_engine.sync_engine, db.engine.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", grab)
+    try:
+        assert (await reply.send_reply(services, endpoint, todo.id, "measured"))["state"] == "sent"
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", grab)
+    statements_run = [sql for sql in seen if not sql.startswith("BEGIN")]
+    assert statements_run == [
+        "SELECT TODOS.ENDPOINT_ID, TODOS.STATE,",
+        "INSERT INTO REPLY_BUCKETS",
+        "INSERT INTO REPLIES",
+        "UPDATE REPLIES SET",
+    ]
