@@ -21,20 +21,28 @@ close), and one that fails mid-statement invalidates the pool, so the next check
 
 A ``write()`` inside another ``write()`` of the same task would wait forever for the writer it
 holds itself (SQLite), so it raises ``NestedWrite`` at once on both engines.
+
+The two verbs every agent calls once per todo (``claim_next``, ``complete``) skip SQLAlchemy's
+execution machinery: their Core statements are compiled once per engine (``Prepared``) and run on
+the driver's own connection (``run_sqlite``: the whole write transaction in one hand-off to the
+SQLite writer's thread; ``run_postgresql``: asyncpg's prepared statements on one pooled
+connection). Same SQL, same type processing, same writer turn; a fraction of the per-statement cost.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import sqlite3
+from collections import namedtuple
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
@@ -44,6 +52,8 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 if TYPE_CHECKING:
     # Only for the annotation: importing alembic takes ~0.15 s and only migrations need it.
@@ -133,6 +143,68 @@ class _Hold:
 # spawned inside a write that outlives it sees a closed hold and writes normally.
 _WRITING: ContextVar[_Hold | None] = ContextVar("switchboard_db_writing", default=None)
 
+T = TypeVar("T")
+# A direct statement's runner, as ``run_sqlite`` / ``run_postgresql`` hand it to the work: a Core
+# statement and its bind values in, its rows out (named tuples, read by attribute like a Row).
+SQLiteRun = Callable[[ClauseElement, Mapping[str, Any]], list[Any]]
+PostgreSQLRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[list[Any]]]
+# The namedtuple factory, typed loosely: a row's fields are known only once a statement is compiled.
+_row_type: Callable[..., Any] = namedtuple
+
+
+class Prepared:
+    """One Core statement compiled for one engine's dialect: its SQL text, how a call's values
+    become the driver's positional arguments, and how the driver's rows become named tuples with the
+    same type processing SQLAlchemy applies (its own bind and result processors for that dialect:
+    UTC datetimes, JSON, booleans). Built once per statement and engine, so a call pays neither
+    for compiling nor for SQLAlchemy's per-execution bookkeeping."""
+
+    __slots__ = ("_readers", "_row", "_slots", "sql")
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+        if compiled.positiontup is None:
+            raise ValueError(f"{dialect.name}: direct statements need a positional paramstyle")
+        self.sql = str(compiled)
+        # Per placeholder: (the call's value name, processor) or (None, the constant, processed).
+        self._slots: list[tuple[str | None, Any, Any]] = []
+        for name in compiled.positiontup:
+            bind = compiled.binds[name]
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if bind.required:
+                self._slots.append((name, process, None))
+            else:
+                value = bind.effective_value
+                self._slots.append((None, None, process(value) if process else value))
+        columns = list(getattr(statement, "exported_columns", ()))
+        self._row = _row_type("Row", [str(getattr(c, "key", None) or "_") for c in columns], rename=True)
+        self._readers = [
+            (i, reader)
+            for i, c in enumerate(columns)
+            if (reader := c.type.dialect_impl(dialect).result_processor(dialect, None)) is not None
+        ]
+
+    def args(self, values: Mapping[str, Any]) -> list[Any]:
+        out: list[Any] = []
+        for name, process, constant in self._slots:
+            if name is None:
+                out.append(constant)
+            else:
+                value = values[name]
+                out.append(process(value) if process is not None else value)
+        return out
+
+    def rows(self, fetched: Any) -> list[Any]:
+        """``fetched``: the driver's rows (sqlite3 tuples, asyncpg Records)."""
+        readers, make = self._readers, self._row._make
+        out = []
+        for raw in fetched:
+            values = list(raw)
+            for i, reader in readers:
+                values[i] = reader(values[i])
+            out.append(make(values))
+        return out
+
 
 class Database:
     def __init__(self, url: str, *, echo: bool = False) -> None:
@@ -182,6 +254,17 @@ class Database:
         # SQLite's writer takes turns behind this lock (made on first use, in the running loop).
         self._turn: asyncio.Lock | None = None
         self._turn_loop: asyncio.AbstractEventLoop | None = None
+        # Direct statements (``run_sqlite``, ``run_postgresql``), each compiled once for this engine.
+        self._prepared: dict[ClauseElement, Prepared] = {}
+        # Called with (SQL, arguments) before each direct statement runs, e.g. to EXPLAIN one.
+        self.statement_taps: list[Callable[[str, Sequence[Any]], None]] = []
+        # SQLite: the writer's aiosqlite connection, once a direct write has looked it up. Forgotten
+        # whenever the pool closes, invalidates or detaches a connection, so a disposed or replaced
+        # writer is looked up again instead of used.
+        self._sqlite_driver: Any = None
+        if self.is_sqlite:
+            for pool_event in ("close", "invalidate", "soft_invalidate", "detach", "close_detached"):
+                event.listen(self._writer.sync_engine, pool_event, self._forget_sqlite_driver)
 
     @property
     def dialect(self) -> str:
@@ -248,6 +331,113 @@ class Database:
             # old lock then: its loop is gone.
             self._turn, self._turn_loop = asyncio.Lock(), loop
         return self._turn
+
+    # -----------------------------------------------------------------------------------------
+    # Direct statements
+
+    def _prepare(self, statement: ClauseElement) -> Prepared:
+        prepared = self._prepared.get(statement)
+        if prepared is None:
+            prepared = self._prepared[statement] = Prepared(statement, self._writer.dialect)
+        return prepared
+
+    def _forget_sqlite_driver(self, *_args: Any) -> None:
+        self._sqlite_driver = None
+
+    async def run_sqlite(self, work: Callable[[SQLiteRun], T]) -> T:
+        """SQLite: one write transaction, run whole on the writer connection's own thread.
+
+        ``work`` is called there, between ``BEGIN IMMEDIATE`` and ``COMMIT`` (``ROLLBACK`` if it
+        raises), in this writer's turn, with a ``SQLiteRun`` for its statements. The transaction
+        costs one hand-off to aiosqlite's thread and back, where going through SQLAlchemy costs one
+        per statement, cursor, fetch, BEGIN, COMMIT and the pool's reset. ``work`` runs off the
+        event loop: it must only run statements and compute. Driver errors come out as SQLAlchemy's
+        (``OperationalError`` …), as they do from ``writing()``.
+        """
+        if not self.is_sqlite:
+            raise RuntimeError("run_sqlite needs a SQLite database")
+        async with self._writer_turn():
+            if self._sqlite_driver is None:
+                # A checkout opens the writer if the pool has none yet (with its pragmas). Nobody
+                # else uses that connection outside the writer's turn, which this write holds.
+                async with self._writer.connect() as conn:
+                    self._sqlite_driver = (await conn.get_raw_connection()).driver_connection
+            driver = self._sqlite_driver
+            try:
+                # aiosqlite's own queue to its thread (SQLAlchemy's aiosqlite dialect uses it the same
+                # way to set the isolation level): it runs one callable there and returns its result.
+                result: T = await driver._execute(self._sqlite_transaction, driver._conn, work)
+            except ValueError as exc:
+                # aiosqlite's "the connection is closed": unavailable, like SQLAlchemy answers it.
+                if str(exc).lower() not in ("no active connection", "connection closed"):
+                    raise
+                self._sqlite_driver = None
+                raise OperationalError("BEGIN IMMEDIATE", (), exc) from exc
+            return result
+
+    def _sqlite_transaction(self, conn: sqlite3.Connection, work: Callable[[SQLiteRun], T]) -> T:
+        taps = self.statement_taps
+
+        def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
+            prepared = self._prepare(statement)
+            args = prepared.args(values)
+            for tap in taps:
+                tap(prepared.sql, args)
+            try:
+                return prepared.rows(conn.execute(prepared.sql, args).fetchall())
+            except sqlite3.Error as exc:
+                raise DBAPIError.instance(prepared.sql, args, exc, sqlite3.Error) from exc
+
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            result = work(run)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise DBAPIError.instance("BEGIN IMMEDIATE … COMMIT", (), exc, sqlite3.Error) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    async def run_postgresql(self, work: Callable[[PostgreSQLRun], Awaitable[T]]) -> T:
+        """PostgreSQL: ``work``'s statements run on one pooled connection's asyncpg connection, each
+        in autocommit (a single statement is atomic by itself: one round trip, no BEGIN or COMMIT).
+        asyncpg prepares each SQL text once per connection and keeps it. The pool, its checkout
+        check and the nested-write guard are ``writing()``'s. Driver errors come out wrapped in
+        SQLAlchemy's ``DBAPIError`` (the driver's own as ``.orig``, which ``is_unavailable`` reads).
+        """
+        if self.is_sqlite:
+            raise RuntimeError("run_postgresql needs a PostgreSQL database")
+        async with self._writer_turn(), self._writer.connect() as conn:
+            # Any: asyncpg ships no type information (pyproject's mypy section).
+            driver: Any = (await conn.get_raw_connection()).driver_connection
+            taps = self.statement_taps
+
+            async def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
+                prepared = self._prepare(statement)
+                args = prepared.args(values)
+                for tap in taps:
+                    tap(prepared.sql, args)
+                try:
+                    fetched = await driver.fetch(prepared.sql, *args)
+                except Exception as exc:
+                    closed = bool(driver.is_closed())
+                    raise DBAPIError.instance(
+                        prepared.sql, args, exc, Exception, connection_invalidated=closed
+                    ) from exc
+                return prepared.rows(fetched)
+
+            try:
+                return await work(run)
+            except BaseException as exc:
+                # A dropped connection, or one whose statement was interrupted (cancelled), is in
+                # no known state: the pool must not hand it out again (SQLAlchemy does the same).
+                if not isinstance(exc, Exception) or driver.is_closed():
+                    await conn.invalidate()
+                raise
 
     async def ping(self, timeout: float = 2.0) -> None:
         try:

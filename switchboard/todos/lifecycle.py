@@ -291,17 +291,15 @@ async def claim_many(
     # One token (fenced) and one attempt id per todo that may be claimed; the unused are dropped.
     tokens = [new_token("sbl") for _ in range(limit)] if fence else []
     hashes = {token_hash(t): t for t in tokens}
-    async with db.writing(one_statement=not db.is_sqlite) as conn:
-        rows = await claim_rows(
-            conn,
-            sqlite=db.is_sqlite,
-            endpoint_id=endpoint.id,
-            queues=queues,
-            now=now,
-            lease_expires_at=now + timedelta(seconds=seconds),
-            token_hashes=list(hashes) if fence else [None] * limit,
-            attempt_ids=[new_id("at") for _ in range(limit)],
-        )
+    rows = await claim_rows(
+        db,
+        endpoint_id=endpoint.id,
+        queues=queues,
+        now=now,
+        lease_expires_at=now + timedelta(seconds=seconds),
+        token_hashes=list(hashes) if fence else [None] * limit,
+        attempt_ids=[new_id("at") for _ in range(limit)],
+    )
     return [
         _claimed_view(todo_row(row, replies), row, hashes.get(row.lease_token_hash) if fence else None)
         for row, replies in rows
@@ -346,17 +344,15 @@ async def complete(
     if result is not None and len(json.dumps(result, default=str)) > RESULT_MAX_BYTES:
         raise invalid("result is larger than 1 MiB")
     now = utcnow()
-    async with db.writing(one_statement=not db.is_sqlite) as conn:
-        done = await complete_row(
-            conn,
-            sqlite=db.is_sqlite,
-            todo_id=todo_id,
-            endpoint_id=endpoint.id,
-            token_hash=token_hash(token) if token is not None else None,
-            now=now,
-            result=result,
-            summary=summary,
-        )
+    done = await complete_row(
+        db,
+        todo_id=todo_id,
+        endpoint_id=endpoint.id,
+        token_hash=token_hash(token) if token is not None else None,
+        now=now,
+        result=result,
+        summary=summary,
+    )
     if done is None:
         raise await _refusal(db, endpoint, todo_id, token, now)
     row, replies = done

@@ -1,8 +1,10 @@
 """The statements behind the lifecycle verbs, in SQLAlchemy Core: no ORM unit of work on the hot path.
 
 ``claim_rows`` and ``complete_row`` are the two verbs every agent calls once per todo. On PostgreSQL
-each is ONE statement (data-modifying CTEs), run in autocommit, so it costs one round trip; on
-SQLite each is an ``UPDATE … RETURNING`` plus the attempt row, inside the writer's one transaction.
+each is ONE statement (data-modifying CTEs), run in autocommit on asyncpg directly
+(``Database.run_postgresql``), so it costs one round trip; on SQLite each is an ``UPDATE …
+RETURNING`` plus the attempt row, the whole transaction run in one hand-off to the writer's thread
+(``Database.run_sqlite``). Both are still built here in SQLAlchemy Core and compiled by it, once.
 The other verbs (``claim`` by id, ``heartbeat``, ``fail``, ``release``) lock the todo through the
 ORM and use ``add_attempt`` / ``update_open_attempt`` for their attempt row.
 
@@ -43,6 +45,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.elements import Grouping
 
+from switchboard.db import Database, PostgreSQLRun, SQLiteRun
 from switchboard.models import Attempt, Reply, Todo
 
 # Tables (the ORM types ``__table__`` as any FromClause; these are tables).
@@ -202,12 +205,15 @@ def _claimed_values(token_hash: Any) -> dict[str, Any]:
     }
 
 
-def _pick(sqlite: bool, one_queue: bool) -> Select[Any]:
-    """The oldest pending todos of the endpoint (in its queues), walking ``ix_todos_claimable``."""
-    if one_queue:
+def _pick(sqlite: bool, queues: int) -> Select[Any]:
+    """The oldest pending todos of the endpoint (in its ``queues`` queues), walking
+    ``ix_todos_claimable``."""
+    if queues == 1:
         queue = T.queue == _param("p_queue", T.queue)
     elif sqlite:
-        queue = T.queue.in_(bindparam("p_queues", expanding=True))
+        # One bind per queue (``p_queue_0`` …), not an expanding IN: a direct statement's text is
+        # fixed once compiled. One statement per number of queues an endpoint has.
+        queue = T.queue.in_([_param(f"p_queue_{i}", T.queue) for i in range(queues)])
     else:
         # PostgreSQL plans an IN list as exactly this; one array keeps the statement text fixed.
         queue = T.queue == any_(bindparam("p_queues", type_=_STRINGS))
@@ -233,7 +239,7 @@ def _attempt_columns(attempt_id: Any, todo_id: Any) -> Select[Any]:
 
 @functools.cache
 def _claim_postgresql(one_queue: bool) -> Select[Any]:
-    picked = _pick(False, one_queue).with_for_update(skip_locked=True).cte("picked")
+    picked = _pick(False, 1 if one_queue else 2).with_for_update(skip_locked=True).cte("picked")
     numbered = select(
         picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
     ).cte("numbered")
@@ -273,8 +279,8 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
 
 
 @functools.cache
-def _claim_sqlite(one_queue: bool) -> tuple[Update, Insert]:
-    picked = _pick(True, one_queue).subquery("picked")
+def _claim_sqlite(queues: int) -> tuple[Update, Insert]:
+    picked = _pick(True, queues).subquery("picked")
     numbered = select(
         picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
     ).subquery("numbered")
@@ -304,9 +310,8 @@ def _claim_sqlite(one_queue: bool) -> tuple[Update, Insert]:
 
 
 async def claim_rows(
-    conn: AsyncConnection,
+    db: Database,
     *,
-    sqlite: bool,
     endpoint_id: str,
     queues: Sequence[str],
     now: datetime,
@@ -324,30 +329,41 @@ async def claim_rows(
     update are one ``UPDATE … FROM … RETURNING`` under the writer's ``BEGIN IMMEDIATE``, the attempt
     rows a second statement in the same transaction.
     """
-    one_queue = len(queues) == 1
     params: dict[str, Any] = {
         "p_endpoint_id": endpoint_id,
         "p_limit": len(attempt_ids),
         "p_now": now,
         "p_lease_expires_at": lease_expires_at,
     }
-    params.update({"p_queue": queues[0]} if one_queue else {"p_queues": list(queues)})
-    if not sqlite:
-        rows = await conn.execute(
-            _claim_postgresql(one_queue),
-            {**params, "p_token_hashes": token_hashes, "p_attempt_ids": attempt_ids},
-        )
-        return [(r, _replies_of(r)) for r in rows.all()]
-    claim, add = _claim_sqlite(one_queue)
-    claimed = list((await conn.execute(claim, {**params, "p_token_hashes": json.dumps(token_hashes)})).all())
-    if not claimed:
-        return []
-    # RETURNING comes in no particular order: claim order is age order, as the pick's.
-    claimed.sort(key=lambda r: (r.created_at, r.id))
-    pairs = json.dumps([[aid, r.id] for aid, r in zip(attempt_ids, claimed, strict=False)])
-    added = (await conn.execute(add, {**params, "p_pairs": pairs})).all()
-    summaries = {a[0]: summary_of(*a[1:]) for a in added}
-    return [(r, summaries[r.id]) for r in claimed]
+    if len(queues) == 1:
+        params["p_queue"] = queues[0]
+    elif db.is_sqlite:
+        params.update({f"p_queue_{i}": q for i, q in enumerate(queues)})
+    else:
+        params["p_queues"] = list(queues)
+    if not db.is_sqlite:
+        params.update(p_token_hashes=token_hashes, p_attempt_ids=attempt_ids)
+        statement = _claim_postgresql(len(queues) == 1)
+
+        async def one_statement(run: PostgreSQLRun) -> list[Any]:
+            return await run(statement, params)
+
+        return [(r, _replies_of(r)) for r in await db.run_postgresql(one_statement)]
+    claim, add = _claim_sqlite(len(queues))
+    params["p_token_hashes"] = json.dumps(token_hashes)
+
+    def transaction(run: SQLiteRun) -> list[Claimed]:
+        claimed = run(claim, params)
+        if not claimed:
+            return []
+        # RETURNING comes in no particular order: claim order is age order, as the pick's.
+        claimed.sort(key=lambda r: (r.created_at, r.id))
+        pairs = json.dumps([[aid, r.id] for aid, r in zip(attempt_ids, claimed, strict=False)])
+        added = run(add, {**params, "p_pairs": pairs})
+        summaries = {a[0]: summary_of(*a[1:]) for a in added}
+        return [(r, summaries[r.id]) for r in claimed]
+
+    return await db.run_sqlite(transaction)
 
 
 def _held_by_caller() -> ColumnElement[bool]:
@@ -413,9 +429,8 @@ def _complete_sqlite() -> tuple[Update, Update, Select[Any]]:
 
 
 async def complete_row(
-    conn: AsyncConnection,
+    db: Database,
     *,
-    sqlite: bool,
     todo_id: str,
     endpoint_id: str,
     token_hash: str | None,
@@ -437,17 +452,27 @@ async def complete_row(
         "p_result": result,
         "p_summary": summary,
     }
-    if not sqlite:
-        found = (await conn.execute(_complete_postgresql(), params)).first()
-        return None if found is None else (found, _replies_of(found))
+    if not db.is_sqlite:
+        statement = _complete_postgresql()
+
+        async def one_statement(run: PostgreSQLRun) -> list[Any]:
+            return await run(statement, params)
+
+        found = await db.run_postgresql(one_statement)
+        return (found[0], _replies_of(found[0])) if found else None
     done, close, summarise = _complete_sqlite()
-    row = (await conn.execute(done, params)).first()
-    if row is None:
-        return None
-    closed = (await conn.execute(close, params)).first()
-    # No open attempt (every claim opens one, but a row edited by hand may lack it): read the summary.
-    replies = closed if closed is not None else (await conn.execute(summarise, params)).one()
-    return row, summary_of(*replies)
+
+    def transaction(run: SQLiteRun) -> Claimed | None:
+        rows = run(done, params)
+        if not rows:
+            return None
+        closed = run(close, params)
+        # No open attempt (every claim opens one, but a row edited by hand may lack it): read the
+        # summary.
+        replies = closed[0] if closed else run(summarise, params)[0]
+        return rows[0], summary_of(*replies)
+
+    return await db.run_sqlite(transaction)
 
 
 def _replies_of(row: Any) -> dict[str, Any]:
