@@ -59,6 +59,10 @@ async def run_asgi(
     # The SDK answers a few refusals (a method it does not serve, an Accept it cannot meet) with
     # an empty or plain-text body; those are collected and answered as a JSON-RPC error instead.
     plain_error: dict[str, Any] = {}
+    # Any answer but an event stream (a tool call's JSON answer, a 202) is one body: it is
+    # collected and sent whole after the handler returns (headers and body in one write), rather
+    # than streamed (a write for the headers, each chunk and the end).
+    whole: dict[str, Any] = {}
 
     async def send(message: ASGIMessage) -> None:
         nonlocal response
@@ -69,10 +73,13 @@ async def run_asgi(
                 status, headers = message["status"], message.get("headers", [])
                 if on_start is not None:
                     on_start(status)
-                content_type = b"".join(v for k, v in headers if k.lower() == b"content-type")
-                if status >= 400 and b"json" not in content_type.lower():
+                content_type = b"".join(v for k, v in headers if k.lower() == b"content-type").lower()
+                if status >= 400 and b"json" not in content_type:
                     allow = b"".join(v for k, v in headers if k.lower() == b"allow")
                     plain_error.update(status=status, body=b"", allow=allow.decode("latin-1"))
+                    return
+                if not content_type.startswith(b"text/event-stream"):
+                    whole.update(status=status, headers=headers, body=[])
                     return
                 response = web.StreamResponse(status=status)
                 for key, value in headers:
@@ -81,6 +88,15 @@ async def run_asgi(
             elif message["type"] == "http.response.body" and plain_error:
                 plain_error["body"] = (plain_error["body"] + message.get("body", b""))[:500]
                 if not message.get("more_body", False):
+                    done.set()
+            elif message["type"] == "http.response.body" and whole:
+                whole["body"].append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    response = web.Response(status=whole["status"], body=b"".join(whole["body"]))
+                    for key, value in whole["headers"]:
+                        # aiohttp sets the length of the body it sends itself.
+                        if key.lower() != b"content-length":
+                            response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
                     done.set()
             elif message["type"] == "http.response.body" and response is not None:
                 chunk = message.get("body", b"")

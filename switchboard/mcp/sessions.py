@@ -5,7 +5,9 @@ Stateful sessions are kept here rather than in the SDK's session manager, so tha
 knows each session's endpoint, its connection (to push doorbells on its GET stream) and its
 transport (to close it when the endpoint is revoked). Requests on the newest, stateless protocol
 revision go to the SDK's own stateless entry. Every request, whatever its revision, is
-authenticated first with the endpoint's bearer token, checked against the database each time.
+authenticated first with the endpoint's bearer token: a lifecycle tool call against the endpoint
+this process keeps for it, every other request against the database (``endpoint_cache`` says why
+that is safe).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from switchboard import tenancy
 from switchboard.db import is_unavailable
 from switchboard.mcp.bridge import jsonrpc_error, run_asgi
 from switchboard.mcp.doorbell import CAPABILITY, Doorbell, LiveSession, ringing
+from switchboard.mcp.endpoint_cache import EndpointCache, lifecycle_call
 from switchboard.mcp.tools import SCOPE_ENDPOINT, build_server
 from switchboard.models import Endpoint
 from switchboard.services import Services
@@ -132,6 +135,8 @@ class McpService:
             experimental_capabilities={CAPABILITY: {}}
         )
         self.bell = bell
+        # The endpoint each token names, kept for the lifecycle tool calls (``endpoint_cache``).
+        self.endpoints = EndpointCache()
         # The SDK's stateless entry serves requests on the newest (per-request envelope) revision.
         self.stateless = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -173,22 +178,20 @@ class McpService:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             return _unauthorized("an endpoint token is required: Authorization: Bearer sbk_…")
+        # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
+        too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
+        body = b"" if too_large else await request.read()
         try:
-            endpoint = await tenancy.endpoint_by_token(self.services.db, token)
+            endpoint = await self.endpoints.endpoint(
+                self.services.db, token, cached=lifecycle_call(request.method, body)
+            )
         except Exception as exc:
             if not is_unavailable(exc):
                 raise
             return web.json_response({"error": "unavailable", "message": "database unavailable"}, status=503)
         if endpoint is None:
             return _unauthorized("unknown, revoked or expired endpoint token")
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return web.json_response(
-                {"error": "payload_too_large", "message": "MCP request bodies are limited to 4 MiB"},
-                status=413,
-            )
-        # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
-        body = await request.read()
-        if len(body) > MAX_BODY_BYTES:
+        if too_large or len(body) > MAX_BODY_BYTES:
             return web.json_response(
                 {"error": "payload_too_large", "message": "MCP request bodies are limited to 4 MiB"},
                 status=413,
@@ -257,7 +260,12 @@ class McpService:
                 endpoint_id=endpoint.id,
                 queues=tuple(endpoint.queues),
                 transport=StreamableHTTPServerTransport(
-                    mcp_session_id=session_id, idle_timeout=SESSION_IDLE_SECONDS
+                    mcp_session_id=session_id,
+                    # A request is answered with one JSON body, not an event stream: nothing of
+                    # Switchboard's is sent on a request's own stream (doorbells go on the
+                    # session's GET stream), and a JSON answer costs the server far less.
+                    is_json_response_enabled=True,
+                    idle_timeout=SESSION_IDLE_SECONDS,
                 ),
                 owner_id=owner_id,
                 # Busy until its first answer has started (it is not idle while being opened).
@@ -317,18 +325,19 @@ class McpService:
     # -- revocation --------------------------------------------------------------------------
 
     async def sweep_revoked(self) -> int:
-        """Close the sessions of endpoints revoked or expired since they connected (the CLI may
-        have revoked them from another process)."""
+        """Close the sessions of endpoints revoked or expired since they connected, and forget
+        those endpoints' kept rows (the CLI may have revoked them from another process, unheard)."""
         sessions = list(self.bell.sessions.values())
-        if not sessions:
+        ids = {s.endpoint_id for s in sessions} | self.endpoints.endpoint_ids()
+        if not ids:
             return 0
-        ids = {s.endpoint_id for s in sessions}
         async with self.services.db.read() as s:
             live = {
                 e.id
                 for e in (await s.scalars(select(Endpoint).where(Endpoint.id.in_(ids)))).all()
                 if tenancy.endpoint_is_live(e)
             }
+        self.endpoints.forget(ids - live)
         closed = 0
         for session in sessions:
             if session.endpoint_id not in live:
@@ -359,7 +368,8 @@ def setup(app: web.Application, services: Services) -> None:
     bell = app[DOORBELL] = Doorbell(services)
     service = app[MCP_SERVICE] = McpService(services, bell)
 
-    async def close_revoked(_endpoint_ids: list[str]) -> None:
+    async def close_revoked(endpoint_ids: list[str]) -> None:
+        service.endpoints.forget(endpoint_ids)
         await service.sweep_revoked()
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -22,6 +22,7 @@ from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError
 from switchboard.mcp import wire
 from switchboard.mcp.doorbell import INSTRUCTIONS
+from switchboard.mcp.endpoint_cache import LIFECYCLE_VERBS
 from switchboard.models import Endpoint
 from switchboard.reply import send_reply
 from switchboard.services import Services
@@ -395,7 +396,6 @@ HANDLERS: dict[str, Handler] = {
     "rotate_connection": _rotate_connection,
     "delete_connection": _delete_connection,
 }
-LIFECYCLE_VERBS = frozenset({"claim", "claim_next", "heartbeat", "complete", "fail", "release"})
 
 
 def tool_error(code: str, message: str, **extra: Any) -> types.CallToolResult:
