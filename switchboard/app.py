@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, reply, reseal, todos
+from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, quarantine, reply, reseal, todos
 from switchboard import web as web_ui
 from switchboard.db import is_unavailable
 from switchboard.services import SERVICES, Services, build_services, services_of
@@ -45,6 +45,7 @@ def background_jobs(app: web.Application) -> list[Job]:
         Job("todo-lifecycle", 1.0, lambda: todos.lifecycle_pass(services)),
         Job("event-retention", 3600, lambda: ingest.prune_events(services)),
         Job("delivery-record-retention", 3600, lambda: delivery_records.prune_records(services)),
+        Job("quarantine-expiry", 600, lambda: quarantine.expire_held(services)),
         Job("reply-sweeper", reply.SWEEP_INTERVAL, lambda: reply.sweep_pending(services)),
         Job("web-session-purge", 3600, lambda: web_ui.session.purge_expired_sessions(services)),
         Job("doorbell-sweep", mcp.doorbell.SWEEP_INTERVAL, lambda: app[mcp.DOORBELL].sweep()),
