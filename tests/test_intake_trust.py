@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from aiohttp.test_utils import TestServer
 from fixtures.intake_kit import (
     ISSUE_1,
     SENDER,
@@ -19,7 +20,8 @@ from fixtures.intake_kit import (
     todos_of,
 )
 
-from switchboard import todos
+from switchboard import deliveries, todos
+from switchboard.ingest import INGEST_WRITER
 from switchboard.intake import HOLD_QUEUE
 from switchboard.mcp import doorbell
 from switchboard.services import Services
@@ -163,3 +165,24 @@ async def test_an_unsigned_delivery_has_no_trust_step(services: Services, base_u
     assert status == 202 and answer["disposition"] == "routed" and answer["created"] == 1, answer
     [row] = await todos_of(services, (await only_event(services, webhook_id)).id)
     assert row.routing["by"] == "none" and row.routing["actor"] is None
+
+
+async def test_a_redelivery_goes_through_intake_again(
+    services: Services, server: TestServer, base_url: str
+) -> None:
+    hook = await github_hook(services, trust={"logins": ["octocat"]})
+    status, answer = await deliver(base_url, hook, "issues/opened")
+    assert status == 202 and answer["disposition"] == "quarantined"
+    original = await only_event(services, hook.webhook_id)
+    writer = server.app[INGEST_WRITER]
+    # Still untrusted: the operator's redelivery is held again, never delivered around the trust.
+    made = await deliveries.redeliver(services, writer, hook.webhook_id, original.id, by="test")
+    assert made.disposition == "quarantined" and len(made.todos) == 1
+    [held] = await todos_of(services, made.event_id)
+    assert held.state == "held" and held.hold_reason == "untrusted_actor"
+    # Trusted now: the same delivery redelivered is work.
+    await set_webhook(services, hook.webhook_id, trust={"allow_all": True})
+    made = await deliveries.redeliver(services, writer, hook.webhook_id, original.id, by="test")
+    assert made.disposition == "routed" and len(made.todos) == 1
+    [row] = await todos_of(services, made.event_id)
+    assert row.state == "pending" and row.routing["actor"]["matched"] == "allow_all"

@@ -322,6 +322,7 @@ async def test_a_pinned_webhook_keeps_its_instance_from_the_first_delivery(
         endpoint_slug="ada-agent",
         source="github",
         instance=f"https://{fake_github.host}/",
+        trust={"allow_all": True},
     )
     assert created.webhook.instance == fake_github.host and created.secret is not None
     assert tenancy.webhook_view(created.webhook, "ada-agent")["instance"] == fake_github.host
