@@ -14,6 +14,7 @@ Logs name rules by id and never carry payload text or jq's messages (which can q
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -88,7 +89,8 @@ class _Worker:
 
 
 class Sandbox:
-    """The pool. Create it anywhere; workers start when first needed, on the running loop."""
+    """The pool. Create it anywhere; workers start when first needed. Their pipes belong to the
+    event loop that started them: use one sandbox on one loop, and close it there."""
 
     def __init__(
         self,
@@ -107,7 +109,8 @@ class Sandbox:
         self.budget = budget
         self.worker_cpu_seconds = worker_cpu_seconds
         # Free slots: a running worker, or None for one to start. A busy worker is in no queue.
-        self._idle: asyncio.Queue[_Worker | None] | None = None
+        # The most recently used worker first: it has the rules compiled already.
+        self._idle: asyncio.LifoQueue[_Worker | None] | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -226,7 +229,11 @@ class Sandbox:
         try:
             async with asyncio.timeout_at(deadline) as scope:
                 await worker.send(*job)
-                if (await worker.receive()).get("ready") is not True:
+                message = await worker.receive()
+                if isinstance(message.get("fault"), str) and message.get("i") is None:
+                    # The input could not be read: no rule ran.
+                    return Match(fault=message["fault"]), message.get("retire") is not True
+                if message.get("ready") is not True:
                     raise _Gone
                 running = 0
                 while True:
@@ -257,13 +264,13 @@ class Sandbox:
                 fault = f"rule {rule} exceeded its time limit of {_ms(self.rule_timeout)}"
             else:
                 fault = f"rule {rule} was running when the budget of {_ms(self.budget)} ran out"
-            log.warning("rule sandbox: killed a worker: %s", fault)
+            log.warning("rule sandbox: killed a worker running rule %r past its time limit", rule)
             return Match(running, rule, fault), False
         except _Gone:
             if running is None:
                 return Match(fault="the rule sandbox's worker stopped before the rules ran"), False
             rule = ids[running]
-            log.warning("rule sandbox: a worker stopped during rule %s (memory limit or crash)", rule)
+            log.warning("rule sandbox: a worker stopped during rule %r (memory limit or crash)", rule)
             return Match(running, rule, f"rule {rule} stopped the sandbox worker (out of memory?)"), False
 
     @staticmethod
@@ -277,7 +284,7 @@ class Sandbox:
 
     # --- the pool ----------------------------------------------------------------------------
 
-    def _slots(self) -> asyncio.Queue[_Worker | None]:
+    def _slots(self) -> asyncio.LifoQueue[_Worker | None]:
         if self._idle is None:
             self._idle = asyncio.LifoQueue()
             for _ in range(self.workers):
@@ -354,10 +361,8 @@ class Sandbox:
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        except ProcessLookupError:
-            pass
 
 
 @lru_cache(maxsize=256)
