@@ -266,10 +266,8 @@ async def _route(
     else:
         rule = None
         action = default if default is not None else QUEUE_ALL
-        why = (
-            "no rule matched: the default action"
-            if default is not None
-            else ("no rule matched and there is no default action: queued to every live target")
+        why = "no rule matched: " + (
+            "the default action" if default is not None else "no default action, queued to every live target"
         )
         by = "default"
     trace = _trace(by, rule, action, why, actor)
