@@ -133,6 +133,7 @@ class Providers:
                     "description": k.description,
                     "secret": k.secret,
                     "plugin": self.owners[("source", k.name)],
+                    "trust": _trust_spec(k),
                 }
                 for k in sorted(self.sources.values(), key=lambda k: k.name)
             ],
@@ -186,6 +187,21 @@ def _setting_value(setting: Setting, settings: Settings | None) -> tuple[str | N
     if not isinstance(value, str):
         raise ConfigError(f"{setting.name}: its check answered {type(value).__name__}, not a string")
     return value, "environment"
+
+
+def _trust_spec(kind: SourceKind) -> dict[str, Any] | None:
+    """The trusted-actors setting a webhook of ``kind`` takes, for the API and UI to ask for it; None
+    when it takes none: the kind names no actors, or its deliveries are not signed (its body proves
+    nothing), as ``trust.trust_needed`` decides (docs/routing.md, "Trusted actors")."""
+    spec = kind.trust
+    if spec is None or kind.secret == "none":
+        return None
+    return {
+        "field": spec.field,
+        "label": spec.label,
+        "case_insensitive": spec.case_insensitive,
+        "matches": list(spec.matches),
+    }
 
 
 def _describe_kind(kind: SourceKind | ConnectionKind, settings: Settings | None) -> dict[str, Any]:

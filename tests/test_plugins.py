@@ -268,6 +268,7 @@ def test_kinds_describe_themselves_for_the_api_and_the_ui() -> None:
         "description": "Memo rooms (a throwaway test provider).",
         "secret": "minted",
         "plugin": "fixtures.memo_plugin",
+        "trust": None,
     }
     assert connections["github"]["account_key_hint"] == "the forge host (github.com when empty)"
     assert connections["github"]["default_account_key"] == "github.com"

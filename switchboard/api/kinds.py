@@ -1,8 +1,8 @@
 """``/kinds``: the provider kinds this instance has installed, as their plugins describe them.
 
 Read-only and the same for every caller: what a human needs to pick a webhook source or a
-connection kind (its description, where its signing secret comes from, what its account key is).
-Operator settings are not shown here (``switchboard plugins`` shows them to the operator).
+connection kind (its description, where its signing secret comes from, whom it can trust, what its
+account key is). Operator settings are not shown here (``switchboard plugins`` shows them to the operator).
 """
 
 from __future__ import annotations
@@ -28,8 +28,31 @@ _SOURCE = obj(
             "or none (trust is the URL).",
         },
         "plugin": {"type": "string", "description": "The plugin that provides the kind."},
+        "trust": {
+            "anyOf": [
+                obj(
+                    {
+                        "field": {
+                            "type": "string",
+                            "description": "The key of the list in a trust setting (logins, actor_ids).",
+                        },
+                        "label": {"type": "string", "description": "What one entry is (GitHub login)."},
+                        "case_insensitive": {"type": "boolean"},
+                        "matches": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "The match modes offered, the default first.",
+                        },
+                    },
+                    ["field", "label", "case_insensitive", "matches"],
+                ),
+                {"type": "null"},
+            ],
+            "description": "The trusted actors a webhook of this kind requires (docs/routing.md); null: it "
+            "takes none (no actors, or unsigned deliveries).",
+        },
     },
-    ["name", "description", "secret", "plugin"],
+    ["name", "description", "secret", "plugin", "trust"],
 )
 _CONNECTION = obj(
     {
