@@ -79,6 +79,16 @@ SHARED_SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
             "quota": {"type": "string", "description": "With `conflict` at a quota: which one."},
             "limit": {"type": "integer", "description": "With `conflict` at a quota: its limit."},
+            "rule": {
+                "type": ["string", "null"],
+                "description": "With a rule set's code (`invalid_rule`, `not_granted`, …): the rule at "
+                "fault (null: the set as a whole or its default action).",
+            },
+            "delivery": {
+                "type": "string",
+                "description": "With `invalid_rule` from a dry run: the stored delivery a rule faulted on.",
+            },
+            "queue": {"type": "string", "description": "With `not_granted` on a release: the queue."},
         },
         "required": ["error", "message"],
         "additionalProperties": False,
@@ -87,7 +97,8 @@ SHARED_SCHEMAS: dict[str, Any] = {
 
 _ERROR_TEXT = {
     400: "Bad input: `invalid_body` (not a JSON object), `duplicate_key` (a JSON object names a key "
-    "twice) or `invalid_argument` (a field, query parameter or value the route refuses).",
+    "twice), `invalid_argument` (a field, query parameter or value the route refuses), or a code of "
+    "the route's own (its description lists them).",
     401: "Missing or unknown token (`unauthorized`).",
     403: "Visible but not yours to change (`forbidden`).",
     404: "No such thing in the caller's scopes (`not_found`).",
@@ -119,6 +130,7 @@ def _operation(op: Operation) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "operationId": op.operation_id,
         "summary": op.summary,
+        **({"description": op.description} if op.description else {}),
         "tags": [op.tag],
         "responses": {
             str(op.status): {

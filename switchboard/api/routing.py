@@ -49,10 +49,15 @@ class Param:
     maximum: int | None = None
     # The longest string accepted (refused beyond it, never cut).
     max_length: int | None = None
+    # The documented schema of an ``any`` field whose shape the handler checks itself, so that it
+    # answers its own stable codes (a trust setting, a rule set) rather than ``invalid_argument``.
+    shape: dict[str, Any] | None = None
 
     def schema(self) -> dict[str, Any]:
         base: dict[str, Any]
-        if self.type == "array":
+        if self.shape is not None:
+            base = dict(self.shape)
+        elif self.type == "array":
             base = {"type": "array", "items": {"type": "string"}}
         elif self.type == "any":
             base = {}
