@@ -255,7 +255,9 @@ async def test_webhooks_secrets_once_and_scope_isolation(
     await alice.ok("POST", "/endpoints", {"name": "Alice Bot", "queues": ["triage"]}, 201)
     await bob.ok("POST", "/endpoints", {"name": "Bob Bot", "queues": ["triage"]}, 201)
 
-    created = await alice.ok("POST", "/webhooks", {"endpoint": "alice-bot", "source": "github"}, 201)
+    created = await alice.ok(
+        "POST", "/webhooks", {"endpoint": "alice-bot", "source": "github", "trust": {"allow_all": True}}, 201
+    )
     webhook_id, first = created["webhook"]["id"], created["secret"]
     ingest_token = created["ingest_url"].rsplit("/", 1)[1]
     assert first.startswith("whsec_")
@@ -664,7 +666,13 @@ async def test_responses_match_the_documented_schemas(
         ("GET", "/humans/me", "/humans/me", None, 200),
         ("POST", "/endpoints", "/endpoints", {"name": "Doc Bot", "families": ["connections"]}, 201),
         ("GET", "/endpoints", "/endpoints", None, 200),
-        ("POST", "/webhooks", "/webhooks", {"endpoint": "doc-bot", "source": "github"}, 201),
+        (
+            "POST",
+            "/webhooks",
+            "/webhooks",
+            {"endpoint": "doc-bot", "source": "github", "trust": {"logins": ["octocat"]}},
+            201,
+        ),
         ("GET", "/webhooks", "/webhooks", None, 200),
         (
             "POST",
@@ -767,6 +775,8 @@ PLAUSIBLE = {
     "account_key": "github.com",
     "title": "t",
     "role": "member",
+    "trust": {"allow_all": True},
+    "reason": "spam",
 }
 
 

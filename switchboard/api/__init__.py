@@ -13,8 +13,9 @@ Where things are:
   handler gets, body and query validation, and ``wrap``: one JSON error shape for every failure;
 * ``openapi`` — the OpenAPI 3.1 document, generated from the table and the schemas;
 * one module per resource, each with its handlers, its table rows and its response schemas:
-  ``humans``, ``teams``, ``endpoints``, ``webhooks`` (``deliveries``: a webhook's delivery log),
-  ``connections``, ``todos``, ``kinds``.
+  ``humans``, ``teams``, ``endpoints``, ``webhooks`` (``intake``: a webhook's trusted actors and
+  routing rules; ``deliveries``: its delivery log), ``connections``, ``todos``, ``quarantine`` (held
+  todos), ``kinds``.
 
 Every route is one row of ``OPERATIONS``: the same row registers the aiohttp route, validates query
 strings and JSON bodies (unknown fields are refused, never ignored), and documents the route in
@@ -28,13 +29,25 @@ from typing import Any
 
 from aiohttp import web
 
-from switchboard.api import connections, deliveries, endpoints, humans, kinds, openapi, teams, todos, webhooks
+from switchboard.api import (
+    connections,
+    deliveries,
+    endpoints,
+    humans,
+    intake,
+    kinds,
+    openapi,
+    quarantine,
+    teams,
+    todos,
+    webhooks,
+)
 from switchboard.api.routing import PREFIX, Operation, dumps, wrap
 
 __all__ = ["OPERATIONS", "PREFIX", "SCHEMAS", "openapi_document", "setup"]
 
 # The order here is the order of the routes and of the OpenAPI document's paths.
-_RESOURCES = (humans, teams, endpoints, webhooks, deliveries, connections, todos, kinds)
+_RESOURCES = (humans, teams, endpoints, webhooks, intake, deliveries, connections, todos, quarantine, kinds)
 
 OPERATIONS: tuple[Operation, ...] = tuple(op for resource in _RESOURCES for op in resource.OPERATIONS)
 SCHEMAS: dict[str, Any] = {

@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sqlalchemy import select
+
 from switchboard.api.caller import Caller
 from switchboard.api.endpoints import visible_endpoint
-from switchboard.api.openapi import TIMESTAMP, list_of, obj, ref
+from switchboard.api.openapi import TIMESTAMP, list_of, nullable, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Handler, Operation, Param, Request, page_query
+from switchboard.db import rfc3339
 from switchboard.errors import not_found
+from switchboard.intake import HOLD_REASONS
+from switchboard.models import Todo
 from switchboard.tenancy import Owner
 from switchboard.todos import (
     BOARD_STATES,
@@ -66,7 +71,34 @@ async def list_todos(req: Request) -> tuple[int, dict[str, Any]]:
 
 async def show_todo(req: Request) -> tuple[int, dict[str, Any]]:
     todo = await show_in_scopes(req.services.db, req.path["id"], scopes=req.caller.scopes)
-    return 200, {"todo": todo}
+    return 200, {"todo": {**todo, **await _intake_view(req, todo["id"])}}
+
+
+async def _intake_view(req: Request, todo_id: str) -> dict[str, Any]:
+    """How intake decided the todo (its routing trace; null for one made before intake, or pushed)
+    and, for one that was held, why and until when (docs/routing.md)."""
+    async with req.services.db.read() as s:
+        found = (
+            await s.execute(
+                select(Todo.routing, Todo.hold_reason, Todo.hold_detail, Todo.hold_expires_at).where(
+                    Todo.id == todo_id
+                )
+            )
+        ).first()
+    if found is None:  # deleted between the two reads
+        raise not_found(f"todo {todo_id!r}")
+    routing, reason, detail, expires_at = found
+    detail = detail if isinstance(detail, dict) else {}
+    hold = None
+    if reason is not None:
+        hold = {
+            "reason": reason,
+            "actor": detail.get("actor"),
+            "rule": detail.get("rule"),
+            "fault": detail.get("fault"),
+            "expires_at": rfc3339(expires_at),
+        }
+    return {"routing": routing, "hold": hold}
 
 
 async def push_todo(req: Request) -> tuple[int, dict[str, Any]]:
@@ -136,6 +168,8 @@ async def requeue_many(req: Request) -> tuple[int, dict[str, Any]]:
 
 
 _ACTION_ERRORS = (400, 401, 403, 404, 409)
+# What a todo's history names: the operators' actions, and the quarantine's (docs/routing.md).
+HISTORY_ACTIONS = (*todo_ops.ACTIONS, "quarantine", "discard", "expire", "trust_release")
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -261,7 +295,8 @@ _TODO_PROPS: dict[str, Any] = {
     "source": {"type": "string"},
     "kind": {"type": "string"},
     "title": {"type": "string"},
-    "state": {"type": "string", "enum": list(STATES)},
+    # held: in quarantine (docs/routing.md), shown by GET /todos/{id} and /quarantine only.
+    "state": {"type": "string", "enum": [*STATES, "held"]},
     "attempt": {"type": "integer"},
     "max_attempts": {"type": "integer"},
     "lease_expires_at": TIMESTAMP,
@@ -332,7 +367,7 @@ _REPLY = obj(
 _EVENT = obj(
     {
         "id": {"type": "string"},
-        "action": {"type": "string", "enum": list(todo_ops.ACTIONS)},
+        "action": {"type": "string", "enum": list(HISTORY_ACTIONS)},
         "actor": {"type": "string", "description": "human:HANDLE, or cli:USER for the instance operator."},
         "from_state": {"type": "string"},
         "to_state": {"type": "string"},
@@ -371,6 +406,28 @@ SCHEMAS: dict[str, Any] = {
                 "items": ref("TodoEvent"),
                 "description": "Operators' actions, oldest first.",
             },
+            "routing": {
+                **nullable(ref("RoutingTrace")),
+                "description": "How intake decided it (docs/routing.md); null for a todo made before "
+                "intake existed or pushed by hand.",
+            },
+            "hold": {
+                "anyOf": [
+                    obj(
+                        {
+                            "reason": {"type": "string", "enum": list(HOLD_REASONS)},
+                            "actor": nullable(ref("ActorVerdict")),
+                            "rule": {"type": ["string", "null"]},
+                            "fault": {"type": ["string", "null"]},
+                            "expires_at": TIMESTAMP,
+                        },
+                        ["reason", "actor", "rule", "fault", "expires_at"],
+                    ),
+                    {"type": "null"},
+                ],
+                "description": "Why it was held in quarantine (it still says so once released or "
+                "discarded); null for a todo never held.",
+            },
             "delivery": {
                 "anyOf": [
                     obj({"id": {"type": "string"}, "webhook": {"type": "string"}}, ["id", "webhook"]),
@@ -383,4 +440,23 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "TodoDetailEnvelope": obj({"todo": ref("TodoDetail")}, ["todo"]),
+    "RoutingTrace": obj(
+        {
+            "by": {
+                "type": "string",
+                "description": "What decided: trust, rule, default, release (a person), or none (no rules).",
+            },
+            "rule": {"type": ["string", "null"], "description": "The rule's id, when a rule decided."},
+            "rule_name": {"type": ["string", "null"]},
+            "action": {"description": "The action carried out, as the rule set states it."},
+            "why": {"type": "string"},
+            "actor": {**nullable(ref("ActorVerdict")), "description": "The trust step's verdict, if any."},
+            "targets": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "On an event's trace: what each target got.",
+            },
+        },
+        ["by", "action"],
+    ),
 }

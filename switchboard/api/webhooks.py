@@ -13,11 +13,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from switchboard import routes, tenancy, webhook_ops
+from switchboard import quarantine, routes, tenancy, webhook_ops
 from switchboard.api.endpoints import visible_endpoint
+from switchboard.api.intake import trust_param
 from switchboard.api.openapi import TIMESTAMP, deleted, list_of, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Operation, Param, Request, page_query, paged
 from switchboard.errors import not_found
+from switchboard.intake_config import trust_for_create
 from switchboard.models import Endpoint, Webhook
 from switchboard.tenancy import Owner
 
@@ -39,7 +41,7 @@ async def _webhook(req: Request, webhook_id: str) -> tuple[Webhook, Endpoint]:
 async def _webhook_view(req: Request, webhook_id: str, endpoint: Endpoint) -> dict[str, Any]:
     for row in await tenancy.list_webhooks(req.services.db, endpoint.slug):
         if row["id"] == webhook_id:
-            return row
+            return (await quarantine.with_quarantined(req.services.db, [row]))[0]
     raise not_found(f"webhook {webhook_id!r}")
 
 
@@ -55,13 +57,19 @@ async def list_webhooks(req: Request) -> tuple[int, dict[str, Any]]:
         rows = []
         for scope in scopes:
             rows += await tenancy.list_webhooks(req.services.db, owner=scope)
-    return 200, paged(req, "webhooks", rows, lambda w: w["id"], lambda w: w)
+    page = paged(req, "webhooks", rows, lambda w: w["id"], lambda w: w)
+    # Counted for the page shown only: one grouped query, however many webhooks the scopes hold.
+    page["webhooks"] = await quarantine.with_quarantined(req.services.db, page["webhooks"])
+    return 200, page
 
 
 async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
     endpoint = await visible_endpoint(req, req.body["endpoint"])
     req.caller.require_manage(Owner.of(endpoint), f"endpoint {endpoint.slug!r}")
     services = req.services
+    # A kind whose signed deliveries name people needs the choice of whom to trust: no default
+    # (docs/routing.md, "Trusted actors"); other kinds refuse one.
+    trust = trust_for_create(services.providers, req.body["source"], req.body.get("trust"))
     new = await tenancy.create_webhook(
         services.db,
         services.vault,
@@ -72,9 +80,10 @@ async def create_webhook(req: Request) -> tuple[int, dict[str, Any]]:
         instance=req.body.get("instance"),
         name=req.body.get("name"),
         description=req.body.get("description"),
+        trust=trust,
     )
     return 201, {
-        "webhook": tenancy.webhook_view(new.webhook, endpoint.slug),
+        "webhook": {**tenancy.webhook_view(new.webhook, endpoint.slug), "quarantined": 0},
         "ingest_url": tenancy.ingest_url(services.settings.base_url, new.ingest_token),
         "secret": new.secret,
     }
@@ -230,7 +239,16 @@ OPERATIONS: tuple[Operation, ...] = (
                 "verified delivery with a reply address.",
             ),
             *_LABELS,
+            trust_param(
+                "Trusted actors, required for kinds whose signed deliveries name people (GET /kinds: "
+                '`trust`): `{"allow_all": true}` or the kind\'s list, e.g. `{"logins": ["octocat"], '
+                '"match": "sender"}`. Refused on other kinds.',
+                required=False,
+            ),
         ),
+        description="Refusals (400) besides `invalid_argument`: `trust_required` (a kind with actors and "
+        "no `trust`), `trust_not_supported` (`trust` on a kind without actors or unsigned), "
+        "`invalid_trust` (its shape or an entry).",
     ),
     Operation(
         "GET",
@@ -383,6 +401,13 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Until then the secret the last rotation replaced still verifies; null: "
                 "none does.",
             },
+            "trust": {
+                "type": ["object", "null"],
+                "description": "Its trusted actors (GET /webhooks/{id}/trust); null: none set (a kind "
+                "with actors then quarantines every delivery; kinds without actors take none).",
+            },
+            "rules": {"type": "integer", "description": "How many routing rules it has."},
+            "quarantined": {"type": "integer", "description": "How many of its deliveries are held."},
         },
         [
             "id",
@@ -401,6 +426,9 @@ SCHEMAS: dict[str, Any] = {
             "paused",
             "paused_at",
             "previous_secret_expires_at",
+            "trust",
+            "rules",
+            "quarantined",
         ],
     ),
     "WebhookDeleted": deleted("webhook", "webhook's id"),
