@@ -42,7 +42,16 @@ from switchboard.sanitize import clean_line
 from switchboard.services import Services
 from switchboard.todos import rfc3339
 
-DISPOSITIONS = ("routed", "duplicate", "ignored", "self_reply", "refused")
+DISPOSITIONS = (
+    "routed",
+    "duplicate",
+    "ignored",
+    "self_reply",
+    "quarantined",
+    "dropped",
+    "faulted",
+    "refused",
+)
 # The answer to the operator's redelivery or test delivery is the same the sender would have had.
 ATTEMPTS = 3
 
