@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
             header = json.loads(line)
             op = header["op"]
             programs = [str(p) for p in header["rules"]]
+            sizes = (int(header["envelope"]), int(header["params"])) if op == "match" else (0, 0)
         except (ValueError, KeyError, TypeError):
             out.send({"i": None, "fault": "the sandbox worker received a malformed job"}, final=True)
             return 2
@@ -68,12 +69,10 @@ def main(argv: list[str]) -> int:
                 error = _compile_error(jq, PREFIX + program)
                 out.send({"i": n, "error": error}, final=n == len(programs) - 1)
         elif op == "match":
-            data = _read_exact(jobs, int(header["envelope"]) + int(header["params"]))
+            data = _read_exact(jobs, sum(sizes))
             if data is None:
                 return 0
-            envelope_end = int(header["envelope"])
-            compiled = _compiled(jq, cache, tuple(programs))
-            _match(out, compiled, data[:envelope_end], data[envelope_end:], len(programs))
+            _match(out, _compiled(jq, cache, tuple(programs)), data, sizes[0], len(programs))
         else:
             out.send({"i": None, "fault": f"the sandbox worker has no operation {op!r}"}, final=True)
             return 2
@@ -125,9 +124,11 @@ def _together(programs: tuple[str, ...]) -> str:
     return PREFIX + "(null" + "".join(f",\n({p})" for p in programs) + ")"
 
 
-def _match(out: _Out, compiled: _Compiled, envelope: bytes, params: bytes, count: int) -> None:
+def _match(out: _Out, compiled: _Compiled, data: bytes, envelope_end: int, count: int) -> None:
+    """Run one job: ``data`` is the envelope's JSON, then the params' from ``envelope_end``."""
+    view = memoryview(data)
     try:
-        text = (b"[" + envelope + b"," + params + b"]").decode()
+        text = b"".join((b"[", view[:envelope_end], b",", view[envelope_end:], b"]")).decode()
     except UnicodeDecodeError:
         out.send({"i": None, "fault": "the envelope is not UTF-8"}, final=True)
         return

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -323,7 +324,10 @@ def _params(value: object) -> tuple[dict[str, Any], bytes]:
     except (ValueError, TypeError, RecursionError):
         # NaN/Infinity, a lone surrogate, a key that is not a string, nesting beyond the parser:
         # nothing jq could be handed as JSON.
-        raise RuleError("invalid_params", "params must be plain JSON (no NaN or Infinity)") from None
+        raise RuleError(
+            "invalid_params",
+            "params must be plain JSON: no NaN or Infinity, no lone surrogates, not nested too deeply",
+        ) from None
     if len(encoded) > MAX_PARAMS_BYTES:
         raise RuleError(
             "invalid_params", f"params are {len(encoded)} bytes as JSON; at most {MAX_PARAMS_BYTES}"
@@ -343,6 +347,12 @@ def _no_unknown_keys(value: dict[Any, Any], allowed: frozenset[str], where: str,
 
 
 def _show(value: object) -> str:
-    """A short printable rendering of something the owner sent, for a message."""
-    text = repr(value)
+    """A short printable rendering of something the owner sent, for a message (reprlib bounds the
+    work too: a deeply nested or huge value is cut off while it is rendered, never recursed)."""
+    text = _SHOW.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel = 3
+_SHOW.maxstring = _SHOW.maxother = 60

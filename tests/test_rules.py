@@ -501,3 +501,17 @@ def test_check_expression_returns_the_expression() -> None:
     assert check_expression(".a == 1") == ".a == 1"
     with pytest.raises(RuleError, match="expr: env is not available"):
         check_expression("env")
+
+
+def test_deeply_nested_input_is_refused_not_recursed_into() -> None:
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    error = refused({"rules": [{"id": deep, "expr": "1", "action": {"type": "drop"}}]})
+    assert (error.code, error.message) == (
+        "invalid_rule",
+        "rule 1: id must match [a-z0-9][a-z0-9_-]{0,39} (got [[[[...]]]])",
+    )
+    error = refused({"rules": [], "params": {"a": deep}})
+    assert error.code == "invalid_params"
+    assert "not nested too deeply" in error.message
