@@ -407,14 +407,24 @@ def tool_error(code: str, message: str, **extra: Any) -> types.CallToolResult:
     )
 
 
-def tool_result(result: dict[str, Any]) -> types.CallToolResult:
+def tool_result(result: dict[str, Any], text: str | None = None) -> types.CallToolResult:
+    """``text``: the result's JSON text, when already made."""
+    if text is None:
+        text = json.dumps(result, ensure_ascii=False, default=str)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False, default=str))],
+        content=[types.TextContent(type="text", text=text)],
         structured_content=result,
     )
 
 
 def _writable(result: dict[str, Any]) -> types.CallToolResult | None:
+    try:
+        text = json.dumps(result, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        # Not plain JSON (or very deep): the general check below decides.
+        text = None
+    if text is not None and wire.plainly_writable(text):
+        return tool_result(result, text)
     try:
         answer = tool_result(result)
     except (RecursionError, ValueError):

@@ -32,6 +32,25 @@ def writable(answer: types.CallToolResult) -> bool:
     return True
 
 
+# Fewer opening brackets than this in a result's JSON text, and it cannot nest anywhere near as
+# deep as the SDK's serialiser refuses (about 250 levels, counting the answer's own envelope).
+_SHALLOW_BRACKETS = 200
+
+
+def plainly_writable(text: str) -> bool:
+    """Whether a result whose standard JSON text (no ``default``) is ``text`` is certainly
+    writable, without the SDK's own dump (``writable``): it is shallow by its brackets and has no
+    lone surrogate. The dump, on a tool's every answer, was most of the cost of checking; this
+    answers for nearly every result, and ``writable`` decides the rest."""
+    if text.count("{") + text.count("[") >= _SHALLOW_BRACKETS:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_view(value: dict[str, Any]) -> bool:
     return "id" in value and any(k in value for k in _DATA_KEYS)
 
