@@ -103,11 +103,11 @@ def _compiled(
         entry = _Compiled(jq.compile(_together(programs)), size)
     except Exception as exc:
         # Find the first rule that fails alone: the rules before it still run, in order.
-        bad = next((n for n, p in enumerate(programs) if _compile_error(jq, PREFIX + p) is not None), None)
-        if bad is None:
+        errors = (_compile_error(jq, PREFIX + p) for p in programs)
+        bad, error = next(((n, e) for n, e in enumerate(errors) if e is not None), (None, None))
+        if bad is None or error is None:
             entry = _Compiled(None, size, 0, _short(str(exc)))
         else:
-            error = _compile_error(jq, PREFIX + programs[bad]) or ""
             before = jq.compile(_together(programs[:bad])) if bad else None
             entry = _Compiled(before, size, bad, error)
     cache[programs] = entry
