@@ -402,12 +402,18 @@ class Database:
             raise
         return result
 
-    async def run_postgresql(self, work: Callable[[PostgreSQLRun], Awaitable[T]]) -> T:
+    async def run_postgresql(
+        self, work: Callable[[PostgreSQLRun], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
         """PostgreSQL: ``work``'s statements run on one pooled connection's asyncpg connection, each
         in autocommit (a single statement is atomic by itself: one round trip, no BEGIN or COMMIT).
         asyncpg prepares each SQL text once per connection and keeps it. The pool, its checkout
         check and the nested-write guard are ``writing()``'s. Driver errors come out wrapped in
         SQLAlchemy's ``DBAPIError`` (the driver's own as ``.orig``, which ``is_unavailable`` reads).
+
+        ``transaction``: the statements share one transaction instead (committed when ``work``
+        returns, rolled back if it raises), for a write whose row locks must last from one statement
+        to the next (``reply`` locks its todo, then inserts its pending row).
         """
         if self.is_sqlite:
             raise RuntimeError("run_postgresql needs a PostgreSQL database")
@@ -431,7 +437,10 @@ class Database:
                 return prepared.rows(fetched)
 
             try:
-                return await work(run)
+                if not transaction:
+                    return await work(run)
+                async with driver.transaction():
+                    return await work(run)
             except BaseException as exc:
                 # A dropped connection, or one whose statement was interrupted (cancelled), is in
                 # no known state: the pool must not hand it out again (SQLAlchemy does the same).

@@ -28,8 +28,7 @@ from typing import Any, cast
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import CursorResult
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from switchboard import outbound, secretscan
 from switchboard import reply_statements as statements
@@ -40,7 +39,7 @@ from switchboard.ids import new_id, token_hash
 from switchboard.models import Connection, Endpoint, Reply
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
-from switchboard.reply_statements import Candidate, Context, Recorded
+from switchboard.reply_statements import Candidate, Context, Recorded, Steps
 from switchboard.services import Services
 from switchboard.tenancy import Owner
 from switchboard.todos import reply_view
@@ -235,115 +234,118 @@ def _cap_reached(cap: int) -> SwitchboardError:
     )
 
 
-async def _take_token(
-    conn: AsyncConnection, services: Services, ctx: Context, todo_id: str, endpoint_id: str, now: datetime
-) -> None:
-    """Spend one token of the endpoint's bucket while the todo is under its cap, or refuse. The
-    fast path is one statement; the locked path runs only if a concurrent reply changed things."""
+def _prepare_steps(
+    services: Services,
+    endpoint: Endpoint,
+    todo_id: str,
+    text: str,
+    key: str,
+    lease_token: str | None,
+    now: datetime,
+) -> Steps[_Ready | str]:
+    """Every check, the token and the pending row, as the statements of one write transaction (see
+    reply_statements); or the id of the existing row for this key."""
+    ctx = yield from statements.read_context(todo_id, key, Owner.of(endpoint).id)
+    if ctx is None or ctx.endpoint_id != endpoint.id:
+        raise not_found(f"todo {todo_id!r}")
+    if ctx.existing is not None:
+        return ctx.existing
+    if not ctx.reply_to:
+        raise _refuse(
+            "no_reply_address",
+            "this todo has no reply address (only a verified delivery from a conversation has one)",
+        )
+    try:
+        address = Address.from_dict(ctx.reply_to)
+    except (KeyError, TypeError):
+        raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
+    _check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
+    connection, kind = _choose_connection(services, ctx, endpoint, address)
+    body = text.strip()
+    if len(body) > kind.text_limit:
+        raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
+    rule = secretscan.scan(body, services.providers.secret_rules)
+    if rule is not None:
+        services.metrics.inc("switchboard_secret_blocks_total", rule=rule.id)
+        raise _refuse(
+            "secret_detected",
+            f"the text contains what looks like a secret (rule {rule.id}); remove it and retry",
+            rule=rule.id,
+        )
+    if connection.blocked_until is not None and connection.blocked_until > now:
+        wait = math.ceil((connection.blocked_until - now).total_seconds())
+        raise _refuse(
+            "rate_limited",
+            f"the provider rate-limited connection {connection.name!r}; retry in {wait} s",
+            retry_after=wait,
+        )
     cap = services.settings.reply_todo_cap
     if ctx.replies >= cap:
         raise _cap_reached(cap)
     tokens = statements.tokens_now(ctx.bucket_tokens, ctx.bucket_at, now)
     if tokens < 1.0:
         raise _rate_limited_bucket(tokens)
+    secret = open_secret(services, connection)
+    ready = _Ready(
+        new_id("rp"),
+        todo_id,
+        connection.id,
+        connection.kind,
+        connection.account_key,
+        secret,
+        address,
+        body,
+        connection.owner_human_id or connection.owner_team_id or "",
+    )
+    pending = {
+        "id": ready.reply_id,
+        "todo_id": todo_id,
+        "endpoint_id": endpoint.id,
+        "idempotency_key": key,
+        "state": "pending",
+        "connection_id": connection.id,
+        "connection_name": connection.name,
+        "connection_fingerprint": connection.fingerprint,
+        "owner_scope": ready.owner_scope,
+        "address_kind": address.kind,
+        "provider": address.provider,
+        "display": address.display,
+        "thread_key": address.display,
+        "text_hash": hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),
+        "created_at": now,
+        "updated_at": now,
+    }
     dialect = services.db.dialect
-    taken = await statements.take_token(
-        conn,
+    taken = yield from statements.take_and_insert(
         dialect,
-        endpoint_id=endpoint_id,
+        endpoint_id=endpoint.id,
         todo_id=todo_id,
         cap=cap,
         tokens=tokens,
         seen=ctx.bucket_at,
         now=now,
+        pending=pending,
     )
-    if taken:
-        return
-    if await statements.replies_now(conn, todo_id) >= cap:
-        raise _cap_reached(cap)
-    tokens = await statements.take_token_locked(conn, dialect, endpoint_id, now)
-    if tokens < 1.0:
-        raise _rate_limited_bucket(tokens)
-    await statements.spend_locked(conn, endpoint_id, tokens, now)
+    if not taken:
+        # A concurrent reply changed the bucket, or filled the todo's cap, since the read: decide
+        # again from the locked rows.
+        if (yield from statements.replies_now(todo_id)) >= cap:
+            raise _cap_reached(cap)
+        tokens = yield from statements.lock_bucket(dialect, endpoint.id, now)
+        if tokens < 1.0:
+            raise _rate_limited_bucket(tokens)
+        yield from statements.spend_locked(endpoint.id, tokens, now)
+        yield from statements.insert_pending(pending)
+    return ready
 
 
 async def _prepare(
     services: Services, endpoint: Endpoint, todo_id: str, text: str, key: str, lease_token: str | None
 ) -> _Ready | str:
     """Run every check and insert the pending row; or the id of the existing row for this key."""
-    now = utcnow()
-    owner = Owner.of(endpoint)
-    async with services.db.writing() as conn:
-        ctx = await statements.read_context(conn, todo_id, key, owner.id)
-        if ctx is None or ctx.endpoint_id != endpoint.id:
-            raise not_found(f"todo {todo_id!r}")
-        if ctx.existing is not None:
-            return ctx.existing
-        if not ctx.reply_to:
-            raise _refuse(
-                "no_reply_address",
-                "this todo has no reply address (only a verified delivery from a conversation has one)",
-            )
-        try:
-            address = Address.from_dict(ctx.reply_to)
-        except (KeyError, TypeError):
-            raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
-        _check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
-        connection, kind = _choose_connection(services, ctx, endpoint, address)
-        body = text.strip()
-        if len(body) > kind.text_limit:
-            raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
-        rule = secretscan.scan(body, services.providers.secret_rules)
-        if rule is not None:
-            services.metrics.inc("switchboard_secret_blocks_total", rule=rule.id)
-            raise _refuse(
-                "secret_detected",
-                f"the text contains what looks like a secret (rule {rule.id}); remove it and retry",
-                rule=rule.id,
-            )
-        if connection.blocked_until is not None and connection.blocked_until > now:
-            wait = math.ceil((connection.blocked_until - now).total_seconds())
-            raise _refuse(
-                "rate_limited",
-                f"the provider rate-limited connection {connection.name!r}; retry in {wait} s",
-                retry_after=wait,
-            )
-        await _take_token(conn, services, ctx, todo_id, endpoint.id, now)
-        secret = open_secret(services, connection)
-        reply_id = new_id("rp")
-        owner_scope = connection.owner_human_id or connection.owner_team_id or ""
-        await statements.insert_pending(
-            conn,
-            {
-                "id": reply_id,
-                "todo_id": todo_id,
-                "endpoint_id": endpoint.id,
-                "idempotency_key": key,
-                "state": "pending",
-                "connection_id": connection.id,
-                "connection_name": connection.name,
-                "connection_fingerprint": connection.fingerprint,
-                "owner_scope": owner_scope,
-                "address_kind": address.kind,
-                "provider": address.provider,
-                "display": address.display,
-                "thread_key": address.display,
-                "text_hash": hashlib.sha256(body.encode("utf-8", errors="surrogatepass")).hexdigest(),
-                "created_at": now,
-                "updated_at": now,
-            },
-        )
-        return _Ready(
-            reply_id,
-            todo_id,
-            connection.id,
-            connection.kind,
-            connection.account_key,
-            secret,
-            address,
-            body,
-            owner_scope,
-        )
+    steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow())
+    # One transaction: on PostgreSQL the todo's row lock lasts from the read to the insert.
+    return await statements.write(services.db, steps, transaction=True)
 
 
 async def _post_once(services: Services, post: ReplyPost) -> PostResult:
@@ -445,12 +447,14 @@ async def _finish(services: Services, ready: _Ready, result: PostResult) -> Reco
         "error_code": wrote.error_code,
         "updated_at": utcnow(),
     }
-    async with services.db.writing(one_statement=True) as conn:
-        row = await statements.record_outcome(conn, ready.reply_id, values)
+    row = await statements.write(
+        services.db, statements.record_outcome(ready.reply_id, values), transaction=False
+    )
     if row is None:
         # Already final, or gone with its todo: what the table says, else what the dial said.
         async with services.db.read() as s:
-            row = await statements.read_recorded(await s.connection(), ready.reply_id)
+            read = statements.on(await s.connection())
+            row = await statements.drive_async(read, statements.read_recorded(ready.reply_id))
     return row or wrote
 
 
@@ -461,13 +465,20 @@ async def _await_outcome(services: Services, reply_id: str) -> Recorded:
     delay = 0.05
     while True:
         async with services.db.read() as s:
-            row = await statements.read_recorded(await s.connection(), reply_id)
+            read = statements.on(await s.connection())
+            row = await statements.drive_async(read, statements.read_recorded(reply_id))
         if row is None:
             raise not_found(f"reply {reply_id!r}")
         if row.state != "pending" or loop.time() >= give_up:
             return row
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _duplicate_key(exc: DBAPIError) -> bool:
+    """A unique violation: SQLite's is an ``IntegrityError``; asyncpg's (under a direct statement)
+    a ``DBAPIError`` whose driver error carries SQLSTATE 23505."""
+    return isinstance(exc, IntegrityError) or getattr(exc.orig, "sqlstate", None) == "23505"
 
 
 async def send_reply(
@@ -484,8 +495,10 @@ async def send_reply(
         key = _check_arguments(todo_id, text, idempotency_key, lease_token)
         try:
             prepared = await _prepare(services, endpoint, todo_id, text, key, lease_token)
-        except IntegrityError:
-            # Another process inserted the same (todo, key) between our check and insert.
+        except DBAPIError as exc:
+            if not _duplicate_key(exc):
+                raise
+            # Another call inserted the same (todo, key) between our check and insert.
             async with services.db.read() as s:
                 winner = await s.scalar(
                     select(Reply.id).where(Reply.todo_id == todo_id, Reply.idempotency_key == key)

@@ -21,17 +21,17 @@ first statement already saw the truth and the fallback never runs there.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ColumnElement,
     Float,
     Integer,
-    Row,
     String,
     Table,
     bindparam,
@@ -39,12 +39,25 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.sqltypes import NullType
 
+from switchboard.db import Database, SQLiteRun
 from switchboard.models import Connection, Reply, ReplyBucket, Todo, UTCDateTime
+
+T_ = TypeVar("T_")
+# A statement and its values: what a reply's logic yields for its engine's runner to execute.
+Step = tuple[ClauseElement, dict[str, Any]]
+# The rows a step answers, read by attribute (SQLAlchemy Rows, or a direct runner's named tuples).
+Rows = Sequence[Any]
+# The logic of one write, written once as a generator of statements and driven by a runner.
+Steps = Generator[Step, Rows, T_]
+AsyncRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[Rows]]
 
 _TODOS = cast(Table, Todo.__table__)
 _REPLIES = cast(Table, Reply.__table__)
@@ -121,6 +134,10 @@ _CANDIDATE = (
     C.endpoints,
     C.blocked_until,
 )
+# The bucket's tokens as the driver returns them (a float from REAL and from double precision).
+# Read untyped: the direct runners take each column's result processor without the driver's type
+# code, and asyncpg's one for floating-point columns needs it.
+_TOKENS = type_coerce(B.tokens, NullType()).label("tokens")
 # The scope of a connection, as the unique indexes spell it (ids carry their type prefix, so a
 # human's and a team's never collide): the lookup can use uq_connections_scope_account.
 _SCOPE = func.coalesce(C.owner_human_id, C.owner_team_id)
@@ -143,7 +160,7 @@ CONTEXT = (
         .where(R.todo_id == T.id)
         .scalar_subquery()
         .label("replies"),
-        B.tokens.label("bucket_tokens"),
+        _TOKENS.label("bucket_tokens"),
         B.updated_at.label("bucket_at"),
         *(column.label(f"c_{column.name}") for column in _CANDIDATE),
     )
@@ -159,15 +176,14 @@ CONTEXT = (
 )
 
 
-async def read_context(conn: AsyncConnection, todo_id: str, key: str, scope: str) -> Context | None:
-    rows = (await conn.execute(CONTEXT, {"todo_id": todo_id, "key": key, "scope": scope})).all()
+def _context_of(rows: Rows) -> Context | None:
     if not rows:
         return None
     first = rows[0]
     candidates = tuple(
-        Candidate(*(row._mapping[f"c_{column.name}"] for column in _CANDIDATE))
+        Candidate(*(getattr(row, f"c_{column.name}") for column in _CANDIDATE))
         for row in rows
-        if row._mapping["c_id"] is not None
+        if row.c_id is not None
     )
     return Context(
         endpoint_id=first.endpoint_id,
@@ -185,6 +201,11 @@ async def read_context(conn: AsyncConnection, todo_id: str, key: str, scope: str
     )
 
 
+def read_context(todo_id: str, key: str, scope: str) -> Steps[Context | None]:
+    """Everything the checks need, in one statement; None: no such todo."""
+    return _context_of((yield CONTEXT, {"todo_id": todo_id, "key": key, "scope": scope}))
+
+
 def tokens_now(tokens: float | None, at: datetime | None, now: datetime) -> float:
     """The bucket's tokens at ``now`` (a bucket never used is full)."""
     if tokens is None or at is None:
@@ -198,23 +219,20 @@ def wait_for_token(tokens: float) -> int:
     return math.ceil((1.0 - tokens) / BUCKET_REFILL_PER_SECOND)
 
 
-def _replies_of_todo() -> Any:
-    return (
-        select(func.count())
-        .select_from(_REPLIES)
-        .where(R.todo_id == bindparam("todo_id", type_=String))
-        .scalar_subquery()
-    )
-
-
 def _take(dialect: Any) -> Any:
     """Spend a token: insert the bucket, or update it if it is still as ``seen`` (compare-and-set);
     either only while the todo has fewer than ``cap`` replies. Returns a row when it took one."""
+    replies = (
+        select(func.count())
+        .select_from(_REPLIES)
+        .where(R.todo_id == bindparam("for_todo", type_=String))
+        .scalar_subquery()
+    )
     source = select(
         bindparam("bucket_of", type_=String),
         bindparam("new_tokens", type_=Float),
         bindparam("stamp", type_=UTCDateTime()),
-    ).where(_replies_of_todo() < bindparam("cap", type_=Integer))
+    ).where(replies < bindparam("cap", type_=Integer))
     statement = dialect.insert(_BUCKETS).from_select([B.endpoint_id, B.tokens, B.updated_at], source)
     return statement.on_conflict_do_update(
         index_elements=[B.endpoint_id],
@@ -224,7 +242,23 @@ def _take(dialect: Any) -> Any:
     ).returning(B.endpoint_id)
 
 
-_TAKE = {"postgresql": _take(postgresql), "sqlite": _take(sqlite)}
+_PENDING_COLUMNS = tuple(_REPLIES.c)
+_TAKE_SQLITE = _take(sqlite)
+_INSERT_PENDING = insert(_REPLIES).values(
+    {c: bindparam(f"r_{c.name}", type_=c.type) for c in _PENDING_COLUMNS}
+)
+# PostgreSQL: the take and the pending row in one statement; the row is inserted only if the take
+# returned one (its CTE's row is the insert's FROM).
+_TAKE_AND_INSERT_PG = (
+    insert(_REPLIES)
+    .from_select(
+        list(_PENDING_COLUMNS),
+        select(*(bindparam(f"r_{c.name}", type_=c.type) for c in _PENDING_COLUMNS)).select_from(
+            _take(postgresql).cte("taken")
+        ),
+    )
+    .returning(R.id)
+)
 
 
 def _next_stamp(seen: datetime | None, now: datetime) -> datetime:
@@ -232,8 +266,7 @@ def _next_stamp(seen: datetime | None, now: datetime) -> datetime:
     return now if seen is None or now != seen else now + timedelta(microseconds=1)
 
 
-async def take_token(
-    conn: AsyncConnection,
+def take_and_insert(
     dialect: str,
     *,
     endpoint_id: str,
@@ -242,24 +275,41 @@ async def take_token(
     tokens: float,
     seen: datetime | None,
     now: datetime,
-) -> bool:
-    """One statement: the bucket keeps ``tokens - 1`` if nobody took a token since it was read
-    (``seen``) and the todo is still under its cap. False: fall back to ``take_token_locked``."""
-    params = {
+    pending: Mapping[str, Any],
+) -> Steps[bool]:
+    """Spend a token and insert the ``pending`` row, if nobody took a token since the bucket was
+    read (``seen``) and the todo is still under its cap (one statement on PostgreSQL, two on
+    SQLite). False: nothing was written; the caller takes the locked path (``replies_now``,
+    ``lock_bucket``, ``spend_locked``, ``insert_pending``)."""
+    take = {
         "bucket_of": endpoint_id,
         "new_tokens": tokens - 1.0,
         "stamp": _next_stamp(seen, now),
-        "todo_id": todo_id,
+        "for_todo": todo_id,
         "cap": cap,
         "seen": seen,
     }
-    return (await conn.execute(_TAKE[dialect], params)).first() is not None
+    if dialect == "postgresql":
+        return bool((yield _TAKE_AND_INSERT_PG, {**take, **_pending_values(pending)}))
+    if not (yield _TAKE_SQLITE, take):
+        return False
+    yield from insert_pending(pending)
+    return True
 
 
-_LOCK_BUCKET = (
-    select(B.tokens, B.updated_at).where(B.endpoint_id == bindparam("bucket_of")).with_for_update()
-)
-_COUNT = select(func.count()).select_from(_REPLIES).where(R.todo_id == bindparam("todo_id"))
+def insert_pending(pending: Mapping[str, Any]) -> Steps[None]:
+    """The ``pending`` row (unique on todo and key: of two identical calls one raises
+    ``IntegrityError`` here)."""
+    yield _INSERT_PENDING, _pending_values(pending)
+
+
+def _pending_values(pending: Mapping[str, Any]) -> dict[str, Any]:
+    # Every column has its placeholder; the ones a reply leaves out start empty.
+    return {f"r_{c.name}": pending.get(c.name) for c in _PENDING_COLUMNS}
+
+
+_COUNT = select(func.count().label("n")).select_from(_REPLIES).where(R.todo_id == bindparam("for_todo"))
+_LOCK_BUCKET = select(_TOKENS, B.updated_at).where(B.endpoint_id == bindparam("bucket_of")).with_for_update()
 _SET_BUCKET = (
     update(_BUCKETS)
     .where(B.endpoint_id == bindparam("bucket_of"))
@@ -278,39 +328,29 @@ def _create_bucket(dialect: Any) -> Any:
 _CREATE_BUCKET = {"postgresql": _create_bucket(postgresql), "sqlite": _create_bucket(sqlite)}
 
 
-async def replies_now(conn: AsyncConnection, todo_id: str) -> int:
-    return int((await conn.execute(_COUNT, {"todo_id": todo_id})).scalar_one())
+def replies_now(todo_id: str) -> Steps[int]:
+    rows = yield _COUNT, {"for_todo": todo_id}
+    return int(rows[0].n)
 
 
-async def take_token_locked(conn: AsyncConnection, dialect: str, endpoint_id: str, now: datetime) -> float:
-    """The slow path: lock the bucket (creating it full on first use) and read its tokens at ``now``;
-    the caller refuses below 1 or spends one with ``spend_locked``."""
-    await conn.execute(_CREATE_BUCKET[dialect], {"bucket_of": endpoint_id, "stamp": now})
-    row = (await conn.execute(_LOCK_BUCKET, {"bucket_of": endpoint_id})).one()
-    return tokens_now(row.tokens, row.updated_at, now)
+def lock_bucket(dialect: str, endpoint_id: str, now: datetime) -> Steps[float]:
+    """The locked path: lock the bucket (creating it full on first use) and read its tokens at
+    ``now``; the caller refuses below 1 or spends one with ``spend_locked``."""
+    yield _CREATE_BUCKET[dialect], {"bucket_of": endpoint_id, "stamp": now}
+    rows = yield _LOCK_BUCKET, {"bucket_of": endpoint_id}
+    return tokens_now(rows[0].tokens, rows[0].updated_at, now)
 
 
-async def spend_locked(conn: AsyncConnection, endpoint_id: str, tokens: float, now: datetime) -> None:
-    await conn.execute(_SET_BUCKET, {"bucket_of": endpoint_id, "new_tokens": tokens - 1.0, "stamp": now})
+def spend_locked(endpoint_id: str, tokens: float, now: datetime) -> Steps[None]:
+    yield _SET_BUCKET, {"bucket_of": endpoint_id, "new_tokens": tokens - 1.0, "stamp": now}
 
 
-_INSERT_PENDING = insert(_REPLIES)
-
-
-async def insert_pending(conn: AsyncConnection, values: Mapping[str, Any]) -> None:
-    """The ``pending`` row (unique on todo and key: of two identical calls one raises
-    ``IntegrityError`` here)."""
-    await conn.execute(_INSERT_PENDING, dict(values))
-
-
-_PENDING: ColumnElement[str] = literal_column("'pending'")
 _RECORDED = (R.id, R.todo_id, R.state, R.display, R.permalink, R.error_class, R.error_code)
 # "unknown" too: if the sweeper gave up on a slow dial, the real outcome still wins.
+_OPEN: tuple[ColumnElement[str], ...] = (literal_column("'pending'"), literal_column("'unknown'"))
 _RECORD = (
     update(_REPLIES)
-    .where(
-        R.id == bindparam("reply_id"), R.state.in_((literal_column("'pending'"), literal_column("'unknown'")))
-    )
+    .where(R.id == bindparam("reply_id"), R.state.in_(_OPEN))
     .values(
         state=bindparam("state", type_=String),
         provider_object_id=bindparam("provider_object_id", type_=String),
@@ -324,19 +364,66 @@ _RECORD = (
 _READ = select(*_RECORDED).where(R.id == bindparam("reply_id"))
 
 
-def _recorded(row: Row[*tuple[Any, ...]] | None) -> Recorded | None:
-    if row is None:
+def _recorded(rows: Rows) -> Recorded | None:
+    if not rows:
         return None
+    row = rows[0]
     return Recorded(
         row.id, row.todo_id, row.state, row.display, row.permalink, row.error_class, row.error_code
     )
 
 
-async def record_outcome(conn: AsyncConnection, reply_id: str, values: Mapping[str, Any]) -> Recorded | None:
-    """Write the dial's outcome; None when the row is no longer open (then read it)."""
-    result = await conn.execute(_RECORD, {"reply_id": reply_id, **values})
-    return _recorded(result.first())
+def record_outcome(reply_id: str, values: Mapping[str, Any]) -> Steps[Recorded | None]:
+    """Write the dial's outcome (one statement); None when the row is no longer open."""
+    return _recorded((yield _RECORD, {"reply_id": reply_id, **values}))
 
 
-async def read_recorded(conn: AsyncConnection, reply_id: str) -> Recorded | None:
-    return _recorded((await conn.execute(_READ, {"reply_id": reply_id})).first())
+def read_recorded(reply_id: str) -> Steps[Recorded | None]:
+    return _recorded((yield _READ, {"reply_id": reply_id}))
+
+
+def drive(run: SQLiteRun, steps: Steps[T_]) -> T_:
+    """Drive ``steps`` with a synchronous runner (``Database.run_sqlite``'s, on the writer's thread):
+    each statement it yields runs, and its rows go back to it."""
+    try:
+        statement, values = next(steps)
+        while True:
+            statement, values = steps.send(run(statement, values))
+    except StopIteration as done:
+        return cast(T_, done.value)
+    finally:
+        steps.close()
+
+
+async def drive_async(run: AsyncRun, steps: Steps[T_]) -> T_:
+    """Drive ``steps`` with an asynchronous runner (``Database.run_postgresql``'s, or ``on`` a
+    SQLAlchemy connection)."""
+    try:
+        statement, values = next(steps)
+        while True:
+            statement, values = steps.send(await run(statement, values))
+    except StopIteration as done:
+        return cast(T_, done.value)
+    finally:
+        steps.close()
+
+
+def on(conn: AsyncConnection) -> AsyncRun:
+    """A runner over a SQLAlchemy connection (the reads of a reply's rare paths)."""
+
+    async def run(statement: ClauseElement, values: Mapping[str, Any]) -> Rows:
+        # Every statement here is a Select, Insert or Update (executable); Step types them by the
+        # base the direct runners take.
+        result = await conn.execute(cast(Executable, statement), dict(values))
+        return result.all() if result.returns_rows else []
+
+    return run
+
+
+async def write(db: Database, steps: Steps[T_], *, transaction: bool) -> T_:
+    """Run ``steps`` as one write on the driver directly: SQLite's whole transaction in one hand-off
+    to the writer's thread, PostgreSQL's statements on one asyncpg connection (in one transaction
+    when ``transaction``, each in autocommit otherwise)."""
+    if db.is_sqlite:
+        return await db.run_sqlite(functools.partial(drive, steps=steps))
+    return await db.run_postgresql(functools.partial(drive_async, steps=steps), transaction=transaction)
