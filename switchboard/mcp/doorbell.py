@@ -25,9 +25,9 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select, text, update
+from sqlalchemy import Table, select, text, update
 from sqlalchemy.engine import make_url
 
 from switchboard.db import is_unavailable, utcnow
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http import StreamableHTTPServerTransport
 
 log = logging.getLogger("switchboard.doorbell")
+# The todos table, for the ring's Core statement (run on a connection, not an ORM session).
+_TODOS = cast(Table, Todo.__table__)
 
 
 def _failed(exc: Exception, what: str) -> None:
@@ -275,20 +277,22 @@ class Doorbell:
             return 0
         now = utcnow()
         count = todo.ring_count + 1
-        # The claim: only the process (and call) that moves ring_count on gets to ring.
-        async with self.services.db.write() as s:
-            claimed = await s.scalar(
-                update(Todo)
-                .where(
-                    Todo.id == todo.id,
-                    Todo.state == "pending",
-                    Todo.ring_count == todo.ring_count,
-                    Todo.next_ring_at <= now,
+        # The claim: only the process (and call) that moves ring_count on gets to ring. One
+        # conditional statement, atomic by itself (one round trip on PostgreSQL, no ORM session).
+        async with self.services.db.writing(one_statement=True) as conn:
+            claimed = (
+                await conn.execute(
+                    update(_TODOS)
+                    .where(
+                        _TODOS.c.id == todo.id,
+                        _TODOS.c.state == "pending",
+                        _TODOS.c.ring_count == todo.ring_count,
+                        _TODOS.c.next_ring_at <= now,
+                    )
+                    .values(ring_count=count, next_ring_at=next_ring_at(count, now))
+                    .returning(_TODOS.c.id)
                 )
-                .values(ring_count=count, next_ring_at=next_ring_at(count, now))
-                .returning(Todo.id)
-                .execution_options(synchronize_session=False)
-            )
+            ).scalar()
         if claimed is None:
             return 0
         turn = self._turn.get(todo.endpoint_id, 0)
@@ -320,11 +324,12 @@ class Doorbell:
             current = f"{current},{todo_id}" if current else todo_id
         if current:
             chunks.append(current)
-        async with self.services.db.write() as s:
-            for chunk in chunks:
-                await s.execute(
-                    text("SELECT pg_notify(:channel, :payload)"), {"channel": PG_CHANNEL, "payload": chunk}
-                )
+        # Every chunk in one statement, so one round trip (autocommit: delivered when it ends).
+        async with self.services.db.writing(one_statement=True) as conn:
+            await conn.execute(
+                text("SELECT pg_notify(:channel, chunk) FROM unnest(CAST(:chunks AS text[])) AS chunk"),
+                {"channel": PG_CHANNEL, "chunks": chunks},
+            )
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         ids = [i for i in payload.split(",") if i]
