@@ -25,13 +25,14 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from switchboard import tenancy, todos
+from switchboard import quarantine, tenancy, todos
 from switchboard.db import utcnow
 from switchboard.ids import new_id, token_hash
+from switchboard.intake_config import Caller
 from switchboard.models import Reply, WebSession
 from switchboard.outbound import Outbound
 from switchboard.services import Services
-from switchboard.testing import FakeProvider, claimed_todo, forge_address
+from switchboard.testing import FakeProvider, claimed_todo, forge_address, github_headers, post
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 CHECKS = (
@@ -54,9 +55,10 @@ def settings_overrides(fake_api_settings: dict[str, Any]) -> dict[str, Any]:
     return fake_api_settings
 
 
-async def seed(services: Services) -> dict[str, str]:
+async def seed(services: Services, base_url: str) -> dict[str, str]:
     """Ada's world: endpoints, webhooks with a route, connections, teams, todos in several states
-    with an attempt and a reply, and a second web session. Returns the ids the routes need."""
+    with an attempt and a reply, held todos (signed deliveries from an actor the webhook does not
+    trust), and a second web session. Returns the ids the routes need."""
     db = services.db
     _, token = await tenancy.add_human(db, "ada")
     await tenancy.add_human(db, "bob")
@@ -68,7 +70,16 @@ async def seed(services: Services) -> dict[str, str]:
         db, services.vault, services.providers, endpoint_slug="bot", source="github", name="acme/api"
     )
     route = await tenancy.add_route(db, main.webhook.id, "helper")
-    await tenancy.rotate_webhook_secret(db, services.vault, services.providers, main.webhook.id)
+    secret = await tenancy.rotate_webhook_secret(db, services.vault, services.providers, main.webhook.id)
+    # Created without trusted actors: it trusts nobody, so each delivery is held in quarantine.
+    for n in range(2):
+        body = json.dumps({"action": "opened", "sender": {"login": "stranger"}, "n": n}).encode()
+        status, answer, _ = await post(
+            base_url, main.ingest_token, body, github_headers(secret, body, "issues", f"d-{n}")
+        )
+        assert status == 202 and answer["disposition"] == "quarantined", answer
+    held = [row["id"] for row in (await quarantine.list_held(db, Caller.cli())).rows]
+    assert len(held) == 2
     doomed = await tenancy.create_webhook(
         db, services.vault, services.providers, endpoint_slug="bot", source="generic"
     )
@@ -146,6 +157,8 @@ async def seed(services: Services) -> dict[str, str]:
         "claimed": claimed.id,
         "failed": failed.id,
         "session": ref,
+        "held": held[0],
+        "held_too": held[1],
     }
 
 
@@ -155,6 +168,13 @@ def config(ids: dict[str, str]) -> str:
         "getEndpoint": {"slug": "bot"},
         "revokeEndpoint": {"slug": "doomed"},
         "getWebhook": {"id": ids["webhook"]},
+        "getWebhookTrust": {"id": ids["webhook"]},
+        "setWebhookTrust": {"id": ids["webhook"]},
+        "getWebhookRules": {"id": ids["webhook"]},
+        "setWebhookRules": {"id": ids["webhook"]},
+        "testWebhookRules": {"id": ids["webhook"]},
+        "releaseHeldTodo": {"id": ids["held"]},
+        "discardHeldTodo": {"id": ids["held_too"]},
         "updateWebhook": {"id": ids["webhook"]},
         "rotateWebhookSecret": {"id": ids["webhook"]},
         "expirePreviousWebhookSecret": {"id": ids["webhook"]},
@@ -195,7 +215,7 @@ async def test_every_response_matches_the_openapi_document(
     fake_github: FakeProvider,
     tmp_path: Path,
 ) -> None:
-    ids = await seed(services)
+    ids = await seed(services, base_url)
     (tmp_path / "schemathesis.toml").write_text(config(ids))
     # The document the server serves is the one tested.
     async with aiohttp.ClientSession() as http, http.get(f"{base_url}/api/v1/openapi.json") as resp:
