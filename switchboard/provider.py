@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from switchboard.secretscan import Rule
 
 SecretOrigin = Literal["minted", "provider", "none"]
@@ -360,10 +362,34 @@ def find_marker(text: object) -> str | None:
     return match.group(1) if match else None
 
 
+# Every integer that orjson would read as a float (past 64 bits) is written with 19 digits or more.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19
+# orjson reads nesting up to 1,024 levels; the standard library gives up (RecursionError) short of
+# Python's recursion limit, how far short depending on the stack it is called from. Both read
+# every body with at most this many brackets (a bound on its nesting) alike.
+_FEW_BRACKETS = 500
+
+
+def _json_value(body: bytes) -> Any:
+    """``json.loads(body)``, by orjson where the answer is the same (several times faster on a
+    30 KB webhook body). orjson refuses what only the standard library reads (NaN and Infinity,
+    lone surrogates, a byte order mark, UTF-16): that goes to it as before. It reads an integer
+    past 64 bits as a float and nests deeper than the standard library can, so a body with a
+    19-digit run or more than ``_FEW_BRACKETS`` brackets goes there too."""
+    few = body.count(b"{") + body.count(b"[") <= _FEW_BRACKETS
+    if few and _LONG_NUMBER not in body.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body)
+
+
 def json_object(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object, or None if it is not one."""
     try:
-        value = json.loads(body)
+        value = _json_value(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: a hostile body of deeply nested brackets is simply not a usable object.
         return None
