@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.models import Connection, Reply
@@ -30,6 +30,24 @@ from switchboard.provider import Address, ConnectionKind, Delivery, EchoClues, V
 from switchboard.services import Services
 
 log = logging.getLogger("switchboard.echo")
+
+# The reply reads, built once with bound parameters and run through Core: ingest runs one for
+# every delivery that carries a comment id, and building the expression, its cache key and the
+# ORM's execution around a one-column select cost more than the query itself (issue 12).
+_REPLIES = Reply.__table__.c
+# A reply of one of the wanted scopes, on the same thread, by the same provider (rows made before
+# the provider was kept have none; their thread names the provider anyway).
+_SAME_ORIGIN = (
+    _REPLIES.owner_scope.in_(bindparam("scopes", expanding=True)),
+    _REPLIES.thread_key == bindparam("thread"),
+    or_(_REPLIES.provider == bindparam("provider"), _REPLIES.provider.is_(None)),
+)
+_BY_OBJECT = (
+    select(_REPLIES.owner_scope)
+    .where(_REPLIES.provider_object_id.in_(bindparam("object_ids", expanding=True)), *_SAME_ORIGIN)
+    .distinct()
+)
+_BY_MARKER = select(_REPLIES.owner_scope).where(_REPLIES.id == bindparam("marker"), *_SAME_ORIGIN)
 
 
 @dataclass(frozen=True)
@@ -76,29 +94,15 @@ async def echo_scopes(s: AsyncSession, scopes: Iterable[str], origin: Origin | N
     if origin is None or not wanted or not has_clues(origin.clues):
         return frozenset()
     clues, found = origin.clues, set[str]()
-    # Rows made before the provider was kept have none; their thread names the provider anyway.
-    same_provider = (Reply.provider == origin.provider) | Reply.provider.is_(None)
-    if clues.object_ids:
-        rows = await s.scalars(
-            select(Reply.owner_scope)
-            .where(
-                Reply.provider_object_id.in_(list(clues.object_ids)),
-                Reply.owner_scope.in_(wanted),
-                Reply.thread_key == origin.thread,
-                same_provider,
-            )
-            .distinct()
-        )
-        found.update(rows.all())
-    if clues.marker:
-        reply = await s.get(Reply, clues.marker)
-        if (
-            reply is not None
-            and reply.owner_scope in wanted
-            and reply.thread_key == origin.thread
-            and reply.provider in (None, origin.provider)
-        ):
-            found.add(reply.owner_scope)
+    same_origin = {"scopes": wanted, "thread": origin.thread, "provider": origin.provider}
+    if clues.object_ids or clues.marker:
+        conn = await s.connection()
+        if clues.object_ids:
+            params = {"object_ids": list(clues.object_ids), **same_origin}
+            found.update((await conn.execute(_BY_OBJECT, params)).scalars().all())
+        if clues.marker:
+            params = {"marker": clues.marker, **same_origin}
+            found.update((await conn.execute(_BY_MARKER, params)).scalars().all())
     if clues.bot_id and origin.serves is not None:
         rows_with_bots = await s.execute(
             select(
