@@ -6,6 +6,11 @@ with a fresh ``X-GitHub-Delivery``. Latency is from the request leaving the send
 read. After the run the todo ids of every 202 are looked up in the database (an acknowledged
 delivery is durable), and the server's peak RSS is read from ``/proc``.
 
+Each row also reports the server process's own CPU time per answered request (``/proc``'s user +
+system time of all its threads, over the row): unlike requests per second, it hardly moves when
+other work shares the machine, so it compares two runs on a busy machine. It leaves out the
+PostgreSQL backends' time (their own processes) and the senders'.
+
 The anchor, in the same invocation: ``bench/bare.py``, a bare aiohttp handler that reads the body
 and answers 202, run in its own process the same way, under the same senders. It is measured with
 every available sender driver (``--driver``: Python aiohttp tasks, or ``wrk`` with
@@ -18,6 +23,7 @@ Switchboard row far below the bare row of its own driver is not limited by its s
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +54,26 @@ from switchboard.db import Database
 from switchboard.models import Todo
 
 CEILING = "bare aiohttp"
+# Clock ticks per second of /proc/<pid>/stat's times.
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads) so far, or None off Linux."""
+    try:
+        # The fields after the command name, which is in parentheses and may hold spaces.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_per_answer(pid: int, before: float | None, answers: int) -> dict[str, float]:
+    """The server's CPU milliseconds per answered request since ``before`` (empty when unknown)."""
+    after = cpu_seconds(pid)
+    if before is None or after is None or answers <= 0:
+        return {}
+    return {"server_cpu_ms_per_request": round((after - before) * 1000 / answers, 3)}
 
 
 def row(result: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +97,7 @@ async def ceiling(
             await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
             for driver in drivers:
                 for n in senders:
+                    before = cpu_seconds(server.process.pid)
                     result = await blast(
                         driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
                     )
@@ -80,6 +107,7 @@ async def ceiling(
                         driver=driver,
                         senders=n,
                         **row(result),
+                        **cpu_per_answer(server.process.pid, before, int(result["sent"])),
                         server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
                     )
 
@@ -110,6 +138,7 @@ async def measure(
                 for n in senders:
                     # A body of its own for every delivery this round may send (see senders.distinct).
                     bodies = signed_bodies(secret, deliveries)
+                    before = cpu_seconds(server.process.pid)
                     result = await blast(
                         driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
                     )
@@ -121,6 +150,7 @@ async def measure(
                         driver=driver,
                         senders=n,
                         **row(result),
+                        **cpu_per_answer(server.process.pid, before, int(result["sent"])),
                         server_rss_mib=round(server.rss_mib() or 0, 1),
                         server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
                     )
