@@ -316,7 +316,9 @@ def test_endpoint_revoke_dead_letters_open_todos(cli: Cli) -> None:
 
 def test_webhook_minted_secret_is_shown_once_and_stored_encrypted(cli: Cli, database_url: str) -> None:
     setup_alice(cli)
-    created = ok(cli("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--json"))
+    created = ok(
+        cli("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--allow-all", "--json")
+    )
     secret, url = created["secret"], created["ingest_url"]
     webhook = created["webhook"]
     assert secret.startswith("whsec_") and url.startswith(f"{BASE_URL}/webhooks/")
@@ -335,7 +337,9 @@ def test_webhook_minted_secret_is_shown_once_and_stored_encrypted(cli: Cli, data
 
     # A minted kind's secret is not set by hand, and a provider kind's is not rotated.
     err(cli("webhook", "set-secret", webhook["id"], input="abc\n"), "invalid_argument")
-    text_out = cli("webhook", "create", "--endpoint", "alice-bot", "--source", "gitea", "--queue", "ci")
+    text_out = cli(
+        "webhook", "create", "--endpoint", "alice-bot", "--source", "gitea", "--queue", "ci", "--allow-all"
+    )
     assert text_out.exit_code == 0 and "signing secret (shown once" in text_out.stdout
 
 
@@ -362,7 +366,9 @@ def test_webhook_secret_is_plaintext_only_without_a_key_and_says_so(
     cli_nokey: Cli, database_url: str
 ) -> None:
     setup_alice(cli_nokey)
-    result = cli_nokey("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--json")
+    result = cli_nokey(
+        "webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--allow-all", "--json"
+    )
     assert result.exit_code == 0
     secret = json.loads(result.stdout)["secret"]
     assert secret.startswith("whsec_")
@@ -378,15 +384,10 @@ def test_webhook_errors_routes_and_delete(cli: Cli, database_url: str) -> None:
     ok(cli("endpoint", "vend", "--name", "Bob Bot", "--owner", "bob", "--queue", "triage", "--json"))
     ok(cli("endpoint", "vend", "--name", "Bob CI", "--owner", "bob", "--queue", "ci", "--json"))
     err(cli("webhook", "create", "--endpoint", "alice-bot", "--source", "no_such_kind"), "invalid_argument")
-    err(cli("webhook", "create", "--endpoint", "nobody", "--source", "github"), "not_found")
-    err(
-        cli("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--queue", "other"),
-        "invalid_argument",
-    )
-    err(
-        cli("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--queue", "quarantine"),
-        "invalid_argument",
-    )
+    err(cli("webhook", "create", "--endpoint", "nobody", "--source", "github", "--allow-all"), "not_found")
+    create_github = ("webhook", "create", "--endpoint", "alice-bot", "--source", "github", "--allow-all")
+    err(cli(*create_github, "--queue", "other"), "invalid_argument")
+    err(cli(*create_github, "--queue", "quarantine"), "invalid_argument")
     err(cli("webhook", "list", "--endpoint", "nobody"), "not_found")
     assert count(database_url, "webhooks") == 0
 

@@ -142,7 +142,7 @@ async def test_github_walkthrough(instance: ServeProcess, fake_github: FakeProvi
     connection_secret = "ghp_e2eTestTokenNotRealAbCdEfGhIjKlMnOpQrSt"
     sb.secrets.append(connection_secret)
     webhook, connection = await asyncio.gather(
-        sb.cli("webhook", "create", "--endpoint", "ada-s-agent", "--source", "github"),
+        sb.cli("webhook", "create", "--endpoint", "ada-s-agent", "--source", "github", "--allow-all"),
         sb.cli(
             "connection", "add", "--owner", "ada", "--kind", "github", "--name", "acme-bot",
             "--account-key", "github.com", "--target", "Codertocat/*",

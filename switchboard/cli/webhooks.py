@@ -1,21 +1,27 @@
-"""``switchboard webhook``: ingest URLs and their signing secrets (minted ones printed once), and each
-webhook's delivery log: ``deliveries``, ``delivery``, ``redeliver`` and ``test``."""
+"""``switchboard webhook``: ingest URLs and their signing secrets (minted ones printed once), whom each
+webhook trusts (``trust``; chosen at ``create`` for kinds with actors), and each webhook's delivery
+log: ``deliveries``, ``delivery``, ``redeliver`` and ``test``. Its routing rules are ``cli.rules``'s."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
+from sqlalchemy import select
 
-from switchboard import deliveries, tenancy
+from switchboard import deliveries, intake_config, quarantine, tenancy
 from switchboard.cli.group import main
 from switchboard.cli.inputs import read_secret
-from switchboard.cli.output import emit, json_option, table
+from switchboard.cli.output import emit, json_option, table, when
 from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
+from switchboard.cli.trust import described, in_flag_terms, trust_options, trust_value
 from switchboard.ingest_writer import IngestWriter
-from switchboard.paging import page_of
+from switchboard.intake_config import Caller
+from switchboard.models import Endpoint, Route
+from switchboard.paging import Page, page_of
 from switchboard.services import Services
+from switchboard.trust import TrustError
 
 
 @main.group("webhook")
@@ -40,13 +46,30 @@ def webhook_group() -> None:
     help="Pin it to the instance it serves (github: the host; gitea, cairn: the https base URL). "
     "Default: its first verified delivery with a reply address binds it.",
 )
+@trust_options
 @json_option
 def webhook_create(
-    endpoint_slug: str, source: str, queue: str | None, instance: str | None, as_json: bool
+    endpoint_slug: str,
+    source: str,
+    queue: str | None,
+    instance: str | None,
+    actors: tuple[str, ...],
+    allow_all: bool,
+    match: str | None,
+    as_json: bool,
 ) -> None:
-    """Create a webhook; print its ingest URL and, for minted kinds, its secret (shown once)."""
+    """Create a webhook; print its ingest URL and, for minted kinds, its secret (shown once).
 
-    async def go(services: Services) -> tuple[tenancy.NewWebhook, str]:
+    A kind whose signed deliveries name people (github, gitea, cairn, linear, plain) needs the choice
+    of whom to trust: --trust ACTOR (repeatable) or --allow-all; other kinds take neither."""
+
+    async def go(services: Services) -> tuple[tenancy.NewWebhook, str, str]:
+        kind = services.providers.sources.get(source)
+        try:
+            value = trust_value(kind, actors, allow_all, match)
+            trust = intake_config.trust_for_create(services.providers, source, value)
+        except TrustError as exc:
+            raise in_flag_terms(exc, source, kind) from None
         new = await tenancy.create_webhook(
             services.db,
             services.vault,
@@ -55,11 +78,13 @@ def webhook_create(
             source=source,
             queue=queue,
             instance=instance,
+            trust=trust,
         )
-        return new, services.settings.base_url
+        view = tenancy.webhook_view(new.webhook, endpoint_slug)
+        return new, services.settings.base_url, described(services.providers, view)
 
-    new, base_url = do(go, warn_plaintext=True)
-    view = tenancy.webhook_view(new.webhook, endpoint_slug)
+    new, base_url, trusted = do(go, warn_plaintext=True)
+    view = {**tenancy.webhook_view(new.webhook, endpoint_slug), "quarantined": 0, "trust_described": trusted}
     url = tenancy.ingest_url(base_url, new.ingest_token)
     data = {"webhook": view, "ingest_url": url, "secret": new.secret}
 
@@ -79,9 +104,25 @@ def webhook_create(
             lines.append("no signing secret: trust comes from the unguessable URL alone")
         if view["instance"]:
             lines.append(f"serves {view['instance']}: a delivery naming another instance gets no address")
+        if view["trust"] is not None:
+            lines.append(f"trust: {trusted}")
         return "\n".join(lines)
 
     emit(as_json, data, text_out)
+
+
+async def _with_intake(services: Services, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Webhook views with their quarantined count and their trust in one line (``trust_described``)."""
+    counted = await quarantine.with_quarantined(services.db, views)
+    return [{**view, "trust_described": described(services.providers, view)} for view in counted]
+
+
+def _intake_cells(w: dict[str, Any]) -> list[str]:
+    return [
+        f"trust: {w['trust_described']}",
+        f"rules:{w['rules']}",
+        f"quarantined:{w['quarantined']}",
+    ]
 
 
 @webhook_group.command("list")
@@ -91,14 +132,18 @@ def webhook_create(
 def webhook_list(
     endpoint_slug: str | None, before: str | None, after: str | None, limit: int, as_json: bool
 ) -> None:
-    """List webhooks, oldest first (never a secret; the ingest token only as its prefix)."""
+    """List webhooks, oldest first (never a secret; the ingest token only as its prefix), with whom
+    each trusts, its rule count and how many of its deliveries are quarantined."""
 
-    async def go(services: Services) -> list[dict[str, Any]]:
+    async def go(services: Services) -> Page[dict[str, Any]]:
         if endpoint_slug is not None:
             await tenancy.get_endpoint(services.db, endpoint_slug)
-        return await tenancy.list_webhooks(services.db, endpoint_slug)
+        rows = await tenancy.list_webhooks(services.db, endpoint_slug)
+        page = page_of(rows, lambda w: w["id"], before=before, after=after, limit=limit)
+        # Counted for the page shown only: one grouped query.
+        return Page(await _with_intake(services, page.rows), page.next_before, page.next_after)
 
-    page = page_of(do(go), lambda w: w["id"], before=before, after=after, limit=limit)
+    page = do(go)
     rows = page.rows
     emit(
         as_json,
@@ -114,6 +159,7 @@ def webhook_list(
                         f"secret:{w['secret_state']}",
                         w["ingest_token_prefix"],
                         f"routes:{','.join(w['routes'])}" if w["routes"] else "",
+                        *_intake_cells(w),
                     ]
                     for w in rows
                 ],
@@ -122,6 +168,78 @@ def webhook_list(
             page,
         ),
     )
+
+
+@webhook_group.command("show")
+@click.argument("webhook_id")
+@json_option
+def webhook_show(webhook_id: str, as_json: bool) -> None:
+    """One webhook: its target, secret state, instance, routes, whom it trusts, its rule count and
+    how many of its deliveries are quarantined (never a secret)."""
+
+    async def go(services: Services) -> dict[str, Any]:
+        async with services.db.read() as s:
+            webhook, endpoint = await intake_config.owned_webhook(s, Caller.cli(), webhook_id, manage=False)
+            routes = await s.scalars(
+                select(Endpoint.slug)
+                .join(Route, Route.endpoint_id == Endpoint.id)
+                .where(Route.webhook_id == webhook.id)
+                .order_by(Route.created_at)
+            )
+            view = tenancy.webhook_view(webhook, endpoint.slug, list(routes.all()))
+        return (await _with_intake(services, [view]))[0]
+
+    w = do(go)
+
+    def text_out() -> str:
+        lines = [
+            f"webhook {w['id']} ({w['source']} → {w['endpoint']}/{w['queue']})"
+            + (f" {w['name']}" if w["name"] else ""),
+        ]
+        if w["description"]:
+            lines.append(f"description: {w['description']}")
+        lines += [
+            f"trust mode: {w['trust_mode']}; secret: {w['secret_state']}; token {w['ingest_token_prefix']}",
+            f"instance: {w['instance'] or 'not bound yet (its first delivery with an address binds it)'}",
+            f"routes: {', '.join(w['routes']) if w['routes'] else 'none'}",
+            f"trust: {w['trust_described']}",
+            f"routing rules: {w['rules']}"
+            + (f" (`switchboard webhook rules show {w['id']}`)" if w["rules"] else ""),
+            f"quarantined: {w['quarantined']}"
+            + (f" (`switchboard quarantine list --webhook {w['id']}`)" if w["quarantined"] else ""),
+            f"created: {when(w['created_at'])}",
+        ]
+        if w["paused"]:
+            lines.append(f"paused since {when(w['paused_at'])}: ingest answers 503")
+        if w["previous_secret_expires_at"]:
+            lines.append(f"the previous secret verifies until {when(w['previous_secret_expires_at'])}")
+        return "\n".join(lines)
+
+    emit(as_json, {"webhook": w}, text_out)
+
+
+@webhook_group.command("trust")
+@click.argument("webhook_id")
+@trust_options
+@json_option
+def webhook_trust(
+    webhook_id: str, actors: tuple[str, ...], allow_all: bool, match: str | None, as_json: bool
+) -> None:
+    """Show whom WEBHOOK_ID trusts, or replace it: --login/--actor-id ACTOR (repeatable) with
+    --match, or --allow-all. Applies from the next delivery; untrusted deliveries are quarantined."""
+
+    async def go(services: Services) -> dict[str, Any]:
+        caller = Caller.cli()
+        if not actors and not allow_all and match is None:
+            return await intake_config.show_trust(services, caller, webhook_id)
+        webhook = await tenancy.get_webhook(services.db, webhook_id)
+        value = trust_value(services.providers.sources.get(webhook.source), actors, allow_all, match)
+        return await intake_config.set_trust(services, caller, webhook_id, value)
+
+    view = do(go)
+    saved = "trust saved: " if actors or allow_all else ""
+    shown = view["described"] if view["supported"] else f"trusted actors are {view['described']}"
+    emit(as_json, view, f"webhook {webhook_id}: {saved}{shown}")
 
 
 @webhook_group.command("rotate")
