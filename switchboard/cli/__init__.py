@@ -5,8 +5,8 @@ never again; secrets going in are read from stdin or a hidden prompt, never from
 
 ``group`` holds the click group ``main``; ``output`` the shared printing and the one-line error;
 ``runner`` opens the configured database for one command; ``inputs`` reads secrets and owner
-scopes. Each other module registers one noun's commands on the group, and importing them here,
-once, is what registers them.
+scopes; ``trust`` turns the trusted-actor flags into a setting. Each other module registers one
+noun's commands on the group, and importing them here, once, is what registers them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from switchboard.cli import (
     humans,
     instance,
     plugin_new,
+    quarantine,
     routes,
+    rules,
     teams,
     todos,
     webhooks,
@@ -26,6 +28,18 @@ from switchboard.cli.group import main
 
 # Importing a command module registers its commands on `main`; naming the modules here says so
 # (and keeps the imports from reading as unused).
-COMMAND_MODULES = (instance, humans, teams, endpoints, webhooks, routes, connections, todos, plugin_new)
+COMMAND_MODULES = (
+    instance,
+    humans,
+    teams,
+    endpoints,
+    webhooks,
+    routes,
+    rules,
+    quarantine,
+    connections,
+    todos,
+    plugin_new,
+)
 
 __all__ = ["COMMAND_MODULES", "main"]
