@@ -10,8 +10,11 @@ Where things are:
 * ``once`` — what a page shows once: a new secret (reveal) and the notice an action leaves (flash);
 * ``confirm`` — the confirmation page every destructive action has (no JavaScript needed);
 * one module per page family: ``board`` (and ``todo_page``: one todo, its actions and raw
-  payload), ``endpoints``, ``webhooks`` (and ``webhook_actions``), ``connections``, ``teams``,
-  ``account`` (your token and web sessions).
+  payload), ``endpoints``, ``webhooks`` (and ``webhook_actions``; ``webhook_intake``: one webhook's
+  page with its trusted actors and routing rules), ``quarantine`` (held todos and what a person
+  decides), ``connections``, ``teams``, ``account`` (your token and web sessions);
+* ``intake_views`` and ``trust_form``: how routing traces, actor verdicts and dry runs read, and the
+  trusted-actors fields.
 
 Every handler but login is wrapped by ``authed`` here, in the route table, so no page can forget
 its session or CSRF check. Pages are built by ``h()``, which HTML-escapes every interpolated value
@@ -39,11 +42,13 @@ from switchboard.web import (
     connections,
     deliveries,
     endpoints,
+    quarantine,
     routes,
     session,
     teams,
     todo_page,
     webhook_actions,
+    webhook_intake,
     webhooks,
 )
 from switchboard.web.forms import page_view
@@ -150,9 +155,17 @@ def setup(app: web.Application) -> None:
         ("POST", "/ui/webhooks/{webhook_id}/test", deliveries.send_test),
         ("GET", "/ui/webhooks/{webhook_id}/delete", webhook_actions.delete_confirm),
         ("POST", "/ui/webhooks/{webhook_id}/delete", webhook_actions.webhook_delete),
+        # After /ui/webhooks/new, which the router matches first.
+        ("GET", "/ui/webhooks/{webhook_id}", webhook_intake.webhook_page),
+        ("POST", "/ui/webhooks/{webhook_id}/trust", webhook_intake.trust_save),
+        ("POST", "/ui/webhooks/{webhook_id}/rules", webhook_intake.rules_post),
         ("POST", "/ui/webhooks/{webhook_id}/routes", webhook_actions.route_add),
         ("GET", "/ui/webhooks/{webhook_id}/routes/remove", webhook_actions.route_remove_confirm),
         ("POST", "/ui/webhooks/{webhook_id}/routes/remove", webhook_actions.route_remove),
+        ("GET", "/ui/quarantine", quarantine.quarantine_view),
+        ("POST", "/ui/quarantine/{todo_id}/release", quarantine.release),
+        ("GET", "/ui/quarantine/{todo_id}/discard", quarantine.discard_confirm),
+        ("POST", "/ui/quarantine/{todo_id}/discard", quarantine.discard),
         ("GET", "/ui/routes/{route_id}/remove", routes.withdraw_confirm),
         ("POST", "/ui/routes/{route_id}/remove", routes.withdraw),
         ("GET", "/ui/connections", page_view(connections.connections_page)),

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from switchboard.web.session import Viewer
 
 FIELD_MAX = 16 * 1024
+# Fields that may be longer: a webhook's routing rules (a JSON document of up to 32 expressions of
+# 4 KiB each and 16 KiB of params). The UI's request body limit still bounds the whole form.
+LONG_FIELDS = {"rules": 256 * 1024}
 # Never written back into a page: secrets by name, and the CSRF token (the page adds a fresh one).
 UNKEPT_FIELDS = frozenset({"secret", "token", "csrf"})
 
@@ -43,8 +46,9 @@ async def read_form(request: web.Request) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
         if isinstance(value, str) and key not in out:
-            if len(value) > FIELD_MAX:
-                raise invalid(f"field {key!r} is longer than {FIELD_MAX} characters")
+            limit = LONG_FIELDS.get(key, FIELD_MAX)
+            if len(value) > limit:
+                raise invalid(f"field {key!r} is longer than {limit} characters")
             out[key] = check_text(value, key)
     return out
 

@@ -64,12 +64,28 @@ NOTICES: dict[str, str] = {
     "test_delivery_sent": "Test delivery sent through ingest: this is how it was decided.",
     "todos_requeued": "The matching todos were requeued: they are pending again. Any still listed were "
     "left alone (another scope's, a revoked endpoint's, or past the limit of one go).",
+    "trust_saved": "Trusted actors saved: they apply from the next delivery.",
+    "rules_saved": "Routing rules saved: they passed every check and the dry run, and apply from the next "
+    "delivery.",
+    "quarantine_released": "Released: routing ran again and made its todos. The held todo's history names "
+    "them.",
+    "quarantine_trust_released": "Actor trusted and released: routing ran again and made its todos; their "
+    "later deliveries become work directly.",
+    "quarantine_released_queue": "Released to the queue: one pending todo was made there.",
+    "quarantine_released_none": "Released, but routing made no todo (an open todo about the same subject, "
+    "or only the sender's own endpoint): the held todo's history says why.",
+    "quarantine_dropped": "Released, but the webhook's rules dropped it: no todo was made.",
+    "quarantine_held_again": Failure(
+        "Routing held it again (a rule sends it to quarantine, or faulted): it is still in the list."
+    ),
+    "quarantine_discarded": "Discarded. Its history keeps your reason.",
 }
 
 NAV = (
     ("board", "/ui", "Board"),
     ("endpoints", "/ui/endpoints", "Endpoints"),
     ("webhooks", "/ui/webhooks", "Webhooks"),
+    ("quarantine", "/ui/quarantine", "Quarantine"),
     ("connections", "/ui/connections", "Connections"),
     ("teams", "/ui/teams", "Teams"),
 )

@@ -1,5 +1,6 @@
-"""One todo (``/ui/todos/{id}``): its facts, result, reply address, replies, attempts, the
-operators' history and its payload; the operator's actions on it (requeue, release, and cancel
+"""One todo (``/ui/todos/{id}``): its facts, why it is held when it is (quarantine), how routing
+decided it (the routing trace), result, reply address, replies, attempts, the operators' history and
+its payload; the operator's actions on it (requeue, release, and cancel
 after a confirmation page); and its raw payload as a download.
 
 Payloads and results are shown cut on a JSON boundary (what is shown still parses, and every cut
@@ -18,6 +19,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from sqlalchemy import select
 
+from switchboard import quarantine
 from switchboard.errors import SwitchboardError
 from switchboard.models import Attempt, Endpoint, Event, Todo
 from switchboard.provider import no_address
@@ -47,6 +49,7 @@ from switchboard.web.html import (
     post_form,
     table,
 )
+from switchboard.web.intake_views import hold_pairs, trace_card
 from switchboard.web.session import Viewer
 
 # About this many characters of a payload (or result) are shown; the rest is one link away.
@@ -244,6 +247,19 @@ def payload_section(todo: Todo) -> Safe:
     return h("{note}<pre>{payload}</pre>", note=note, payload=shown)
 
 
+def hold_section(todo: Todo, endpoint: Endpoint, webhook_id: str | None) -> Safe:
+    """A held todo: why (reason, actor verdict, rule, fault), until when, and where to decide."""
+    if todo.state != quarantine.HELD:
+        return EMPTY
+    where = "/ui/quarantine" + (f"?{urlencode({'webhook': webhook_id})}" if webhook_id else "")
+    return h(
+        '<h2>Held in quarantine</h2><section class="card held">{facts}<p>No agent sees it until a person '
+        'decides: <a href="{where}">release or discard it in the quarantine list</a>.</p></section>',
+        facts=kv(hold_pairs(quarantine.held_view(todo, endpoint.slug, webhook_id))),
+        where=where,
+    )
+
+
 def result_section(todo: Todo) -> Safe:
     if todo.result is None:
         return Safe('<p class="muted">No result.</p>')
@@ -304,8 +320,8 @@ async def render(
         facts.insert(5, ("dead letter", todo_ops.dead_reason_text(todo.dead_reason)))
     body = h(
         '<p><a href="{back}">← Board</a></p><h1 class="title">{title}</h1>{actions}'
-        '<section class="card">{facts}</section>'
-        "<h2>Result</h2>{result}"
+        '<section class="card">{facts}</section>{hold}'
+        "<h2>Routing</h2>{routing}<h2>Result</h2>{result}"
         '<h2>Reply address</h2><section class="card">{address}</section>'
         "<h2>Replies</h2>{replies}<h2>Attempts</h2>{attempts}<h2>History</h2>{history}"
         "<h2>Payload</h2>{payload}",
@@ -313,6 +329,8 @@ async def render(
         title=todo.title,
         actions=actions_bar(viewer, todo, endpoint, back),
         facts=kv(facts),
+        hold=hold_section(todo, endpoint, webhook_id),
+        routing=trace_card(todo.routing),
         result=result_section(todo),
         address=address_card(services, todo),
         replies=replies_table(replies),
