@@ -475,7 +475,9 @@ async def test_webhook_secret_and_ingest_url_are_shown_once(
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
     await browser.post("/ui/endpoints", {"name": "helper", "owner": "me"})
 
-    resp, text = await browser.post_reveal("/ui/webhooks", {"endpoint": "bot", "source": "github"})
+    resp, text = await browser.post_reveal(
+        "/ui/webhooks", {"endpoint": "bot", "source": "github", "trust": "allow_all"}
+    )
     assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
     secret = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
     ingest = INGEST_RE.search(text).group(1)  # type: ignore[union-attr]
@@ -816,7 +818,9 @@ async def test_a_webhook_made_in_the_ui_delivers_to_the_board(browser: Browser, 
 
     await browser.login(await human(db, "ada"))
     await browser.post("/ui/endpoints", {"name": "bot", "owner": "me"})
-    resp, text = await browser.post_reveal("/ui/webhooks", {"endpoint": "bot", "source": "github"})
+    resp, text = await browser.post_reveal(
+        "/ui/webhooks", {"endpoint": "bot", "source": "github", "trust": "allow_all"}
+    )
     assert resp.status == 200
     secret = WHSEC_RE.search(text).group(0)  # type: ignore[union-attr]
     ingest = INGEST_RE.search(text).group(1)  # type: ignore[union-attr]
