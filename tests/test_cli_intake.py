@@ -418,6 +418,15 @@ async def test_quarantined_github_deliveries_listed_released_and_discarded(serve
     assert (await cli.ok("webhook", "trust", hook.id))["trust"]["logins"] == ["Codertocat", "octocat"]
     todo = (await cli.ok("todo", "show", made["id"]))["todo"]
     assert todo["state"] == "pending" and todo["queue"] == "default"
+    # `todo show` says how intake placed a todo and why a held one was held.
+    assert todo["routing"]["by"] == "release" and todo["hold"] is None
+    assert "routing:  release: released from quarantine by cli" in await cli.text("todo", "show", made["id"])
+    was_held = (await cli.ok("todo", "show", oldest))["todo"]
+    assert was_held["state"] == "cancelled" and was_held["hold"]["reason"] == "untrusted_actor"
+    assert was_held["hold"]["actor"]["sender"] == "Codertocat" and was_held["hold"]["expires_at"]
+    assert "held:     untrusted_actor: sender Codertocat is not a trusted GitHub login" in await cli.text(
+        "todo", "show", oldest
+    )
 
     # Discard with a reason, kept in its history.
     discarded = await cli.ok("quarantine", "discard", newest, "--reason", "spam from a stranger")

@@ -8,13 +8,16 @@ import json
 from typing import Any
 
 import click
+from sqlalchemy import select
 
 from switchboard import todos
 from switchboard.cli.group import main
 from switchboard.cli.output import emit, fail, json_option, table, when
 from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
-from switchboard.errors import SwitchboardError, invalid
+from switchboard.db import rfc3339
+from switchboard.errors import SwitchboardError, invalid, not_found
+from switchboard.models import Todo
 from switchboard.paging import Page
 from switchboard.services import Services
 from switchboard.todos import operator as todo_ops
@@ -146,6 +149,7 @@ def _detail_lines(row: dict[str, Any]) -> list[str]:
     lines.append(f"finished: {when(row['finished_at'])}")
     if row["reply_to"]:
         lines.append(f"reply to: {row['reply_to'].get('display', row['reply_to'].get('kind'))}")
+    lines += _intake_lines(row)
     for a in row["attempts"]:
         lines.append(
             f"attempt {a['number']}: {a['endpoint']} claimed {a['claimed_at']} → {a['outcome'] or 'open'}"
@@ -170,14 +174,57 @@ def _detail_lines(row: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _intake_lines(row: dict[str, Any]) -> list[str]:
+    lines = []
+    trace = row.get("routing")
+    if isinstance(trace, dict):
+        by = f"rule {trace['rule']}" if trace.get("rule") else str(trace.get("by") or "-")
+        lines.append(f"routing:  {by}: {trace.get('why') or ''}".rstrip())
+    hold = row.get("hold")
+    if hold is not None:
+        actor = hold["actor"] if isinstance(hold["actor"], dict) else {}
+        why = hold["fault"] or actor.get("why") or (f"rule {hold['rule']}" if hold["rule"] else "")
+        lines.append(f"held:     {hold['reason']}: {why}; expires {when(hold['expires_at'])}")
+    return lines
+
+
+async def _intake_view(services: Services, todo_id: str) -> dict[str, Any]:
+    """How intake decided the todo (its routing trace; null for one made before intake, or pushed)
+    and, for one that was held, why and until when: the same two fields as the API's todo."""
+    async with services.db.read() as s:
+        found = (
+            await s.execute(
+                select(Todo.routing, Todo.hold_reason, Todo.hold_detail, Todo.hold_expires_at).where(
+                    Todo.id == todo_id
+                )
+            )
+        ).first()
+    if found is None:  # deleted between the two reads
+        raise not_found(f"todo {todo_id!r}")
+    routing, reason, detail, expires_at = found
+    detail = detail if isinstance(detail, dict) else {}
+    hold = None
+    if reason is not None:
+        hold = {
+            "reason": reason,
+            "actor": detail.get("actor"),
+            "rule": detail.get("rule"),
+            "fault": detail.get("fault"),
+            "expires_at": rfc3339(expires_at),
+        }
+    return {"routing": routing, "hold": hold}
+
+
 @todo_group.command("show")
 @click.argument("todo_id")
 @json_option
 def todo_show(todo_id: str, as_json: bool) -> None:
-    """Show one todo with its result, payload, attempts, replies and operator history."""
+    """Show one todo with its result, payload, attempts, replies, operator history and how intake
+    routed it (and, for one that was quarantined, why)."""
 
     async def go(services: Services) -> dict[str, Any]:
-        return await todos.show_in_scopes(services.db, todo_id, scopes=None)
+        row = await todos.show_in_scopes(services.db, todo_id, scopes=None)
+        return {**row, **await _intake_view(services, row["id"])}
 
     row = do(go)
     emit(as_json, {"todo": row}, lambda: "\n".join(_detail_lines(row)))
