@@ -8,6 +8,7 @@ property tests call them directly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -31,7 +32,13 @@ NOT_FINITE = "holds NaN or Infinity, which standard JSON cannot carry"
 
 def clean_line(text: object, limit: int) -> str:
     """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
-    value = _SURROGATE.sub("\ufffd", str(text))
+    value = str(text)
+    if value.isascii() and value.isprintable() and "  " not in value:
+        # Already one clean line (most header values, events and titles): no surrogate, no control
+        # character, and no whitespace but single spaces, so only the ends can need trimming.
+        value = value.strip(" ")
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    value = _SURROGATE.sub("\ufffd", value)
     if not value.isprintable():
         # Only then can it hold a control character (most header values are plain printable text).
         value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
@@ -219,10 +226,21 @@ _CREDENTIAL_VALUE = re.compile(r"^\s*(?:bearer|basic|token|digest|hmac|sha\d+|v\
 REDACTED = "[redacted]"
 
 
-def _kept_value(name: str, value: str) -> str:
-    lower = name.lower()
-    if _SECRET_HEADER.search(lower) or not (lower in _KEPT_HEADERS or _KEPT_SUFFIX.search(lower)):
-        return REDACTED
+def _header_name(name: str) -> tuple[str, bool]:
+    """A header's stored name, and whether its value may be stored: decided by the name alone."""
+    clean = clean_line(name, 100)
+    lower = clean.lower()
+    secret = _SECRET_HEADER.search(lower) is not None
+    return clean, not secret and (lower in _KEPT_HEADERS or _KEPT_SUFFIX.search(lower) is not None)
+
+
+# A sender sends the same dozen names with every delivery, and the two case-insensitive
+# alternations cost more than the rest of ingest's header work: each name is decided once. Bounded,
+# and only for names of an ordinary length, since the names are the sender's to choose.
+_known_header_name = functools.lru_cache(maxsize=256)(_header_name)
+
+
+def _kept_value(value: str) -> str:
     kept = clean_line(value, 1000)
     return REDACTED if _CREDENTIAL_VALUE.match(kept) else kept
 
@@ -238,7 +256,7 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     anything unknown) are stored as ``[redacted]``."""
     out: dict[str, str] = {}
     for name, value in headers.items():
-        name = clean_line(name, 100)
-        value = _kept_value(name, value)
+        name, keep = _known_header_name(name) if len(name) <= 100 else _header_name(name)
+        value = _kept_value(value) if keep else REDACTED
         out[name] = f"{out[name]}, {value}" if name in out and value != REDACTED else value
     return out
