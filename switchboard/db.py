@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections import namedtuple
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, Dialect, make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
@@ -53,7 +52,13 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.sql import ClauseElement
-from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import greenlet_spawn
+
+from switchboard.direct import Combiner, Outcome, Prepared
+
+# The runners' types, exported here too: callers of run_sqlite/run_postgresql name them with db.
+from switchboard.direct import PostgreSQLRun as PostgreSQLRun
+from switchboard.direct import SQLiteRun as SQLiteRun
 
 if TYPE_CHECKING:
     # Only for the annotation: importing alembic takes ~0.15 s and only migrations need it.
@@ -144,66 +149,6 @@ class _Hold:
 _WRITING: ContextVar[_Hold | None] = ContextVar("switchboard_db_writing", default=None)
 
 T = TypeVar("T")
-# A direct statement's runner, as ``run_sqlite`` / ``run_postgresql`` hand it to the work: a Core
-# statement and its bind values in, its rows out (named tuples, read by attribute like a Row).
-SQLiteRun = Callable[[ClauseElement, Mapping[str, Any]], list[Any]]
-PostgreSQLRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[list[Any]]]
-# The namedtuple factory, typed loosely: a row's fields are known only once a statement is compiled.
-_row_type: Callable[..., Any] = namedtuple
-
-
-class Prepared:
-    """One Core statement compiled for one engine's dialect: its SQL text, how a call's values
-    become the driver's positional arguments, and how the driver's rows become named tuples with the
-    same type processing SQLAlchemy applies (its own bind and result processors for that dialect:
-    UTC datetimes, JSON, booleans). Built once per statement and engine, so a call pays neither
-    for compiling nor for SQLAlchemy's per-execution bookkeeping."""
-
-    __slots__ = ("_readers", "_row", "_slots", "sql")
-
-    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
-        if compiled.positiontup is None:
-            raise ValueError(f"{dialect.name}: direct statements need a positional paramstyle")
-        self.sql = str(compiled)
-        # Per placeholder: (the call's value name, processor) or (None, the constant, processed).
-        self._slots: list[tuple[str | None, Any, Any]] = []
-        for name in compiled.positiontup:
-            bind = compiled.binds[name]
-            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            if bind.required:
-                self._slots.append((name, process, None))
-            else:
-                value = bind.effective_value
-                self._slots.append((None, None, process(value) if process else value))
-        columns = list(getattr(statement, "exported_columns", ()))
-        self._row = _row_type("Row", [str(getattr(c, "key", None) or "_") for c in columns], rename=True)
-        self._readers = [
-            (i, reader)
-            for i, c in enumerate(columns)
-            if (reader := c.type.dialect_impl(dialect).result_processor(dialect, None)) is not None
-        ]
-
-    def args(self, values: Mapping[str, Any]) -> list[Any]:
-        out: list[Any] = []
-        for name, process, constant in self._slots:
-            if name is None:
-                out.append(constant)
-            else:
-                value = values[name]
-                out.append(process(value) if process is not None else value)
-        return out
-
-    def rows(self, fetched: Any) -> list[Any]:
-        """``fetched``: the driver's rows (sqlite3 tuples, asyncpg Records)."""
-        readers, make = self._readers, self._row._make
-        out = []
-        for raw in fetched:
-            values = list(raw)
-            for i, reader in readers:
-                values[i] = reader(values[i])
-            out.append(make(values))
-        return out
 
 
 class Database:
@@ -262,6 +207,8 @@ class Database:
         # whenever the pool closes, invalidates or detaches a connection, so a disposed or replaced
         # writer is looked up again instead of used.
         self._sqlite_driver: Any = None
+        # SQLite: direct writes, combined while the writer is busy (run_sqlite).
+        self._direct: Combiner[None, Callable[[SQLiteRun], Any]] = Combiner(self._sqlite_writes)
         if self.is_sqlite:
             for pool_event in ("close", "invalidate", "soft_invalidate", "detach", "close_detached"):
                 event.listen(self._writer.sync_engine, pool_event, self._forget_sqlite_driver)
@@ -306,11 +253,15 @@ class Database:
                 async with conn.begin():
                     yield conn
 
-    @asynccontextmanager
-    async def _writer_turn(self) -> AsyncIterator[None]:
+    def refuse_nested_write(self) -> None:
+        """Raise ``NestedWrite`` if this task (or the one that spawned it) has a write open."""
         hold = _WRITING.get()
         if hold is not None and hold.open and hold.db is self:
             raise NestedWrite("db.write() inside another db.write() of the same task would deadlock")
+
+    @asynccontextmanager
+    async def _writer_turn(self) -> AsyncIterator[None]:
+        self.refuse_nested_write()
         mine = _Hold(self)
         reset = _WRITING.set(mine)
         try:
@@ -345,37 +296,56 @@ class Database:
         self._sqlite_driver = None
 
     async def run_sqlite(self, work: Callable[[SQLiteRun], T]) -> T:
-        """SQLite: one write transaction, run whole on the writer connection's own thread.
+        """SQLite: one write, run whole on the writer connection's own thread.
 
-        ``work`` is called there, between ``BEGIN IMMEDIATE`` and ``COMMIT`` (``ROLLBACK`` if it
-        raises), in this writer's turn, with a ``SQLiteRun`` for its statements. The transaction
-        costs one hand-off to aiosqlite's thread and back, where going through SQLAlchemy costs one
-        per statement, cursor, fetch, BEGIN, COMMIT and the pool's reset. ``work`` runs off the
-        event loop: it must only run statements and compute. Driver errors come out as SQLAlchemy's
-        (``OperationalError`` …), as they do from ``writing()``.
+        ``work`` is called there inside a write transaction, with a ``SQLiteRun`` for its
+        statements, and its result is returned once that transaction is committed. Its writes are
+        atomic: if it raises, they are rolled back and the exception is raised here. ``work`` runs
+        off the event loop: it must only run statements and compute, never await or block.
+
+        Direct writes are combined: the ones that queued while the writer was busy run one after
+        another in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each under its own savepoint (rolled back
+        alone if it raises), in one hand-off to aiosqlite's thread and back. Through SQLAlchemy a
+        write costs a hand-off per statement, cursor, fetch, BEGIN, COMMIT and the pool's reset,
+        and with many writers each one also a wake-up of that thread and of the event loop. The
+        writer's turn is the same lock ``write()`` takes, so other writes keep their place in line.
+        Driver errors come out as SQLAlchemy's (``OperationalError`` …), as from ``writing()``; a
+        failed ``BEGIN`` or ``COMMIT`` fails every write of its batch.
+
+        Once its batch has been handed to the thread, a write runs to its end even if the caller
+        is cancelled (as a statement the server already received does): its result is dropped.
         """
         if not self.is_sqlite:
             raise RuntimeError("run_sqlite needs a SQLite database")
-        async with self._writer_turn():
+        self.refuse_nested_write()
+        result: T = await self._direct.submit(None, work)
+        return result
+
+    async def _sqlite_writes(self, _key: None, works: list[Callable[[SQLiteRun], Any]]) -> list[Outcome]:
+        """One batch of direct writes, in one turn of the writer (the lock ``write()`` takes)."""
+        async with self._lock():
             if self._sqlite_driver is None:
                 # A checkout opens the writer if the pool has none yet (with its pragmas). Nobody
-                # else uses that connection outside the writer's turn, which this write holds.
+                # else uses that connection outside the writer's turn, which this batch holds.
                 async with self._writer.connect() as conn:
                     self._sqlite_driver = (await conn.get_raw_connection()).driver_connection
             driver = self._sqlite_driver
             try:
-                # aiosqlite's own queue to its thread (SQLAlchemy's aiosqlite dialect uses it the same
-                # way to set the isolation level): it runs one callable there and returns its result.
-                result: T = await driver._execute(self._sqlite_transaction, driver._conn, work)
+                # aiosqlite's own queue to its thread (SQLAlchemy's aiosqlite dialect uses it the
+                # same way to set the isolation level): one callable run there, its result back.
+                outcomes: list[Outcome] = await driver._execute(self._sqlite_batch, driver._conn, works)
             except ValueError as exc:
-                # aiosqlite's "the connection is closed": unavailable, like SQLAlchemy answers it.
                 if str(exc).lower() not in ("no active connection", "connection closed"):
                     raise
+                # aiosqlite's "the connection is closed": unavailable, as SQLAlchemy answers it.
                 self._sqlite_driver = None
                 raise OperationalError("BEGIN IMMEDIATE", (), exc) from exc
-            return result
+            return outcomes
 
-    def _sqlite_transaction(self, conn: sqlite3.Connection, work: Callable[[SQLiteRun], T]) -> T:
+    def _sqlite_batch(
+        self, conn: sqlite3.Connection, works: list[Callable[[SQLiteRun], Any]]
+    ) -> list[Outcome]:
+        """On the writer's thread: each work under its own savepoint, all in one transaction."""
         taps = self.statement_taps
 
         def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
@@ -388,9 +358,17 @@ class Database:
             except sqlite3.Error as exc:
                 raise DBAPIError.instance(prepared.sql, args, exc, sqlite3.Error) from exc
 
+        outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            result = work(run)
+            for work in works:
+                conn.execute("SAVEPOINT direct_write")
+                try:
+                    outcomes.append((True, work(run)))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO direct_write")
+                    outcomes.append((False, exc))
+                conn.execute("RELEASE direct_write")
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -400,7 +378,7 @@ class Database:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return result
+        return outcomes
 
     async def run_postgresql(
         self, work: Callable[[PostgreSQLRun], Awaitable[T]], *, transaction: bool = False
@@ -417,9 +395,12 @@ class Database:
         """
         if self.is_sqlite:
             raise RuntimeError("run_postgresql needs a PostgreSQL database")
-        async with self._writer_turn(), self._writer.connect() as conn:
+        async with self._writer_turn():
+            # The pool's own connection record, without the Connection/AsyncConnection pair around
+            # it that ``engine.connect()`` builds (a third of this call's cost, measured).
+            pooled = await self._writer.raw_connection()
             # Any: asyncpg ships no type information (pyproject's mypy section).
-            driver: Any = (await conn.get_raw_connection()).driver_connection
+            driver: Any = pooled.driver_connection
             taps = self.statement_taps
 
             async def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
@@ -436,6 +417,7 @@ class Database:
                     ) from exc
                 return prepared.rows(fetched)
 
+            unusable = False
             try:
                 if not transaction:
                     return await work(run)
@@ -444,9 +426,12 @@ class Database:
             except BaseException as exc:
                 # A dropped connection, or one whose statement was interrupted (cancelled), is in
                 # no known state: the pool must not hand it out again (SQLAlchemy does the same).
-                if not isinstance(exc, Exception) or driver.is_closed():
-                    await conn.invalidate()
+                unusable = not isinstance(exc, Exception) or bool(driver.is_closed())
                 raise
+            finally:
+                # The pool's check-in is synchronous code that may await the driver (closing an
+                # overflow connection), so it runs under greenlet_spawn, as AsyncConnection's does.
+                await greenlet_spawn(pooled.invalidate if unusable else pooled.close)
 
     async def ping(self, timeout: float = 2.0) -> None:
         try:

@@ -21,7 +21,8 @@ from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
-from switchboard.todos.statements import add_attempt, claim_rows, complete_row, update_open_attempt
+from switchboard.todos.batching import claim_rows, complete_row
+from switchboard.todos.statements import add_attempt, update_open_attempt
 from switchboard.todos.views import not_held, payload_of, replies_summary, todo_detail, todo_row
 
 STATES = ("pending", "claimed", "done", "failed", "cancelled")
@@ -254,7 +255,7 @@ async def claim_next(
     ``lease_token`` when fenced): ``{"todos": [...]}``, plus ``"empty": true`` when there were none.
 
     Two claimers never get the same todo, and the pick walks ``ix_todos_claimable`` so its cost does
-    not grow with the backlog (``statements.claim_rows``).
+    not grow with the backlog (``batching.claim_rows``).
     """
     many = _claim_max(max)
     claimed = await claim_many(
@@ -337,7 +338,7 @@ async def complete(
     summary: Any = None,
     lease_token: Any = None,
 ) -> dict[str, Any]:
-    """Finish a todo the caller holds (``statements.complete_row``: one round trip on PostgreSQL)."""
+    """Finish a todo the caller holds (``batching.complete_row``: one round trip on PostgreSQL)."""
     todo_id = _check_todo_id(todo_id)
     summary = _text(summary, "summary", SUMMARY_MAX_CHARS)
     token = _check_token(lease_token)

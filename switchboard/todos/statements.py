@@ -30,10 +30,11 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     Update,
     any_,
     bindparam,
-    exists,
+    column,
     func,
     insert,
     literal,
@@ -271,6 +272,7 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
             count.label("reply_count"),
             state.label("reply_state"),
             permalink.label("reply_permalink"),
+            claimed.c.rn,
         )
         .order_by(claimed.c.rn)
         # Referenced by nothing, so added explicitly: PostgreSQL runs a data-modifying CTE anyway.
@@ -309,7 +311,56 @@ def _claim_sqlite(queues: int) -> tuple[Update, Insert]:
     return claim, add
 
 
-async def claim_rows(
+def _claim_params(
+    sqlite: bool,
+    endpoint_id: str,
+    queues: Sequence[str],
+    now: datetime,
+    lease_expires_at: datetime,
+    limit: int,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "p_endpoint_id": endpoint_id,
+        "p_limit": limit,
+        "p_now": now,
+        "p_lease_expires_at": lease_expires_at,
+    }
+    if len(queues) == 1:
+        params["p_queue"] = queues[0]
+    elif sqlite:
+        params.update({f"p_queue_{i}": q for i, q in enumerate(queues)})
+    else:
+        params["p_queues"] = list(queues)
+    return params
+
+
+async def claim_postgresql(
+    db: Database,
+    *,
+    endpoint_id: str,
+    queues: Sequence[str],
+    now: datetime,
+    lease_expires_at: datetime,
+    token_hashes: list[str | None],
+    attempt_ids: list[str],
+) -> list[tuple[int, Claimed]]:
+    """Claim up to ``len(attempt_ids)`` of the oldest pending todos in ONE statement: each gets the
+    lease, its own token hash (``token_hashes``, in claim order; None unfenced) and an attempt row
+    (``attempt_ids``, same order). The pick skips rows another claimer has locked (``FOR UPDATE
+    SKIP LOCKED``), so two claimers never get the same todo. Returns the claimed todos, oldest
+    first, each with its rank in claim order (0-based: the index of its token hash and attempt id)
+    and its row (``VIEW``, ``payload``, ``lease_token_hash``) with the todo's replies summary."""
+    params = _claim_params(False, endpoint_id, queues, now, lease_expires_at, len(attempt_ids))
+    params.update(p_token_hashes=token_hashes, p_attempt_ids=attempt_ids)
+    statement = _claim_postgresql(len(queues) == 1)
+
+    async def one_statement(run: PostgreSQLRun) -> list[Any]:
+        return await run(statement, params)
+
+    return [(r.rn - 1, (r, _replies_of(r))) for r in await db.run_postgresql(one_statement)]
+
+
+async def claim_sqlite(
     db: Database,
     *,
     endpoint_id: str,
@@ -319,36 +370,10 @@ async def claim_rows(
     token_hashes: list[str | None],
     attempt_ids: list[str],
 ) -> list[Claimed]:
-    """Claim up to ``len(attempt_ids)`` of the oldest pending todos: each gets the lease, its own
-    token hash (``token_hashes``, in claim order; None unfenced) and an attempt row. Returns the
-    claimed todos, oldest first: each row (``VIEW``, ``payload``, ``lease_token_hash``) with the
-    todo's replies summary.
-
-    PostgreSQL: one statement. The pick skips rows another claimer has locked
-    (``FOR UPDATE SKIP LOCKED``), so two claimers never get the same todo. SQLite: the pick and the
-    update are one ``UPDATE … FROM … RETURNING`` under the writer's ``BEGIN IMMEDIATE``, the attempt
-    rows a second statement in the same transaction.
-    """
-    params: dict[str, Any] = {
-        "p_endpoint_id": endpoint_id,
-        "p_limit": len(attempt_ids),
-        "p_now": now,
-        "p_lease_expires_at": lease_expires_at,
-    }
-    if len(queues) == 1:
-        params["p_queue"] = queues[0]
-    elif db.is_sqlite:
-        params.update({f"p_queue_{i}": q for i, q in enumerate(queues)})
-    else:
-        params["p_queues"] = list(queues)
-    if not db.is_sqlite:
-        params.update(p_token_hashes=token_hashes, p_attempt_ids=attempt_ids)
-        statement = _claim_postgresql(len(queues) == 1)
-
-        async def one_statement(run: PostgreSQLRun) -> list[Any]:
-            return await run(statement, params)
-
-        return [(r, _replies_of(r)) for r in await db.run_postgresql(one_statement)]
+    """``claim_postgresql`` on SQLite: the pick and the update are one ``UPDATE … FROM …
+    RETURNING`` under the writer's ``BEGIN IMMEDIATE``, the attempt rows a second statement in the
+    same transaction. Returns the claimed todos, oldest first."""
+    params = _claim_params(True, endpoint_id, queues, now, lease_expires_at, len(attempt_ids))
     claim, add = _claim_sqlite(len(queues))
     params["p_token_hashes"] = json.dumps(token_hashes)
 
@@ -399,11 +424,50 @@ _CLOSED_VALUES: dict[str, Any] = {
 
 @functools.cache
 def _complete_postgresql() -> Select[Any]:
-    finished = update(_TODOS).where(_held_by_caller()).values(**_DONE_VALUES).returning(*VIEW).cte("finished")
+    """Many completes of one endpoint in one statement: the n-th todo id, token hash, result and
+    summary of the arrays are one caller's, and each row is checked as ``_held_by_caller`` checks
+    one. The output names each finished todo's ``n`` (1-based); a caller without a row is refused."""
+    given = (
+        func.unnest(
+            bindparam("p_todo_ids", type_=_STRINGS),
+            bindparam("p_token_hashes", type_=_STRINGS),
+            bindparam("p_results", type_=ARRAY(JSON(none_as_null=True))),
+            bindparam("p_summaries", type_=ARRAY(Text)),
+        )
+        .table_valued(
+            column("todo_id", String),
+            column("token_hash", String),
+            column("result", JSON),
+            column("summary", Text),
+            with_ordinality="n",
+        )
+        .render_derived(name="given")
+    )
+    finished = (
+        update(_TODOS)
+        .where(
+            T.id == given.c.todo_id,
+            T.endpoint_id == _param("p_endpoint_id", T.endpoint_id),
+            T.state == CLAIMED,
+            T.lease_expires_at > _param("p_now", T.lease_expires_at),
+            T.lease_token_hash.is_not_distinct_from(given.c.token_hash),
+        )
+        .values(**{**_DONE_VALUES, "result": given.c.result})
+        .returning(*VIEW, given.c.summary, given.c.n)
+        .cte("finished")
+    )
+    open_attempt = (
+        select(_PRIOR.c.id)
+        .where(_PRIOR.c.todo_id == finished.c.id, _PRIOR.c.ended_at.is_(None))
+        .order_by(_PRIOR.c.number.desc())
+        .limit(1)
+        .correlate(finished)
+        .scalar_subquery()
+    )
     closed = (
         update(_ATTEMPTS)
-        .where(A.id == _open_attempt(_param("p_todo_id", A.todo_id)), exists(select(finished.c.id)))
-        .values(**_CLOSED_VALUES)
+        .where(A.todo_id == finished.c.id, A.id == open_attempt)
+        .values(**{**_CLOSED_VALUES, "summary": finished.c.summary})
         .cte("attempt_closed")
     )
     count, state, permalink = summary_columns(finished.c.id)
@@ -412,6 +476,7 @@ def _complete_postgresql() -> Select[Any]:
         count.label("reply_count"),
         state.label("reply_state"),
         permalink.label("reply_permalink"),
+        finished.c.n,
     ).add_cte(closed)
 
 
@@ -428,7 +493,37 @@ def _complete_sqlite() -> tuple[Update, Update, Select[Any]]:
     )
 
 
-async def complete_row(
+async def complete_postgresql(
+    db: Database,
+    *,
+    endpoint_id: str,
+    now: datetime,
+    todo_ids: list[str],
+    token_hashes: list[str | None],
+    results: list[Any],
+    summaries: list[str | None],
+) -> dict[int, Claimed]:
+    """Finish the todos the callers hold and close their open attempts, in ONE statement (the
+    lists are one entry per caller). Returns, by caller index (0-based), the finished todo's
+    ``VIEW`` row with its replies summary; a caller who does not hold its todo has no entry (nothing
+    of it is written)."""
+    params = {
+        "p_endpoint_id": endpoint_id,
+        "p_now": now,
+        "p_todo_ids": todo_ids,
+        "p_token_hashes": token_hashes,
+        "p_results": results,
+        "p_summaries": summaries,
+    }
+    statement = _complete_postgresql()
+
+    async def one_statement(run: PostgreSQLRun) -> list[Any]:
+        return await run(statement, params)
+
+    return {r.n - 1: (r, _replies_of(r)) for r in await db.run_postgresql(one_statement)}
+
+
+async def complete_sqlite(
     db: Database,
     *,
     todo_id: str,
@@ -438,12 +533,9 @@ async def complete_row(
     result: Any,
     summary: str | None,
 ) -> Claimed | None:
-    """Finish a todo the caller holds and close its open attempt; its ``VIEW`` row with its replies
-    summary, or None when the caller does not hold it (nothing is written then).
-
-    PostgreSQL: one statement (the todo's update, the attempt's, the summary). SQLite: the todo's
-    ``UPDATE … RETURNING`` and the attempt's, in the writer's transaction.
-    """
+    """Finish a todo the caller holds and close its open attempt (the todo's ``UPDATE …
+    RETURNING`` and the attempt's, in the writer's transaction); its ``VIEW`` row with its replies
+    summary, or None when the caller does not hold it (nothing is written then)."""
     params = {
         "p_todo_id": todo_id,
         "p_endpoint_id": endpoint_id,
@@ -452,14 +544,6 @@ async def complete_row(
         "p_result": result,
         "p_summary": summary,
     }
-    if not db.is_sqlite:
-        statement = _complete_postgresql()
-
-        async def one_statement(run: PostgreSQLRun) -> list[Any]:
-            return await run(statement, params)
-
-        found = await db.run_postgresql(one_statement)
-        return (found[0], _replies_of(found[0])) if found else None
     done, close, summarise = _complete_sqlite()
 
     def transaction(run: SQLiteRun) -> Claimed | None:
