@@ -398,6 +398,13 @@ async def test_the_quarantine_lists_held_todos_escaped_and_counted(world: World)
     _, board, _ = await world.ada.get("/ui")
     assert held not in board
 
+    # Its delivery's page shows the event's routing trace, with what each target got.
+    event = (await world.todo(held)).event_id
+    status, page, _ = await world.ada.get(f"/ui/webhooks/{world.webhook}/deliveries/{event}")
+    assert status == 200 and "trust (the actor was not trusted)" in page
+    assert '<span class="mono">bot</span> / quarantine: held' in page
+    assert_no_raw_script(page)
+
 
 async def test_release_runs_routing_again_and_the_todo_page_shows_the_trace(world: World) -> None:
     held = await world.held()

@@ -10,11 +10,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+from sqlalchemy import select
 
 from switchboard import deliveries
 from switchboard.delivery_signing import REDELIVERABLE, TESTABLE
 from switchboard.ingest import INGEST_WRITER
-from switchboard.models import Endpoint, Webhook
+from switchboard.models import Endpoint, Event, Webhook
 from switchboard.services import services_of
 from switchboard.tenancy import Owner
 from switchboard.web.confirm import confirm_link, confirm_page
@@ -35,6 +36,7 @@ from switchboard.web.html import (
     table,
     when,
 )
+from switchboard.web.intake_views import trace_card
 from switchboard.web.session import Viewer
 
 log = logging.getLogger("switchboard.web")
@@ -178,6 +180,14 @@ async def log_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     return page("Deliveries", body, viewer, active="webhooks", notice=notice_of(request))
 
 
+async def _routing(request: web.Request, webhook: Webhook, event_id: str) -> Any:
+    """The event's routing trace (docs/routing.md), with what each target got."""
+    async with services_of(request).db.read() as s:
+        return await s.scalar(
+            select(Event.routing).where(Event.id == event_id, Event.webhook_id == webhook.id)
+        )
+
+
 async def detail_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     webhook, endpoint = await _webhook(request, viewer)
     d = await deliveries.delivery_detail(
@@ -208,6 +218,9 @@ async def detail_page(request: web.Request, viewer: Viewer) -> web.StreamRespons
         )
     parts = [kv(pairs)]
     if d["stored"]:
+        parts.append(
+            h("<h2>Routing</h2>{t}", t=trace_card(await _routing(request, webhook, d["id"]), what="delivery"))
+        )
         parts.append(
             h(
                 '<h2>Headers</h2><p class="muted">Signatures, credentials and unknown headers '

@@ -47,9 +47,9 @@ DECIDED_BY = {
 }
 DISPOSITION_CLASS = {
     "routed": "done",
-    "quarantined": "claimed",
-    "faulted": "failed",
-    "dropped": "cancelled",
+    "quarantined": "quarantined",
+    "faulted": "faulted",
+    "dropped": "dropped",
     "self_reply": "cancelled",
     "ignored": "cancelled",
     "skipped": "cancelled",
@@ -123,13 +123,14 @@ def _targets(targets: object) -> Safe:
     )
 
 
-def trace_card(trace: object) -> Safe:
+def trace_card(trace: object, *, what: str = "todo") -> Safe:
     """A todo's (or event's) routing trace: what decided it, which rule, the action, why, and the
-    actor verdict."""
+    actor verdict (and for an event, what each target got)."""
     if not isinstance(trace, Mapping):
-        return Safe(
-            '<p class="muted">No routing trace: this todo was made before routing rules existed, or '
-            "by hand.</p>"
+        return h(
+            '<p class="muted">No routing trace: this {what} was made before routing rules existed, or '
+            "was not routed (a refusal, duplicate, housekeeping or one made by hand).</p>",
+            what=what,
         )
     by = str(trace.get("by", "?"))
     pairs: list[tuple[str, object]] = [
