@@ -68,7 +68,7 @@ def trust_fields(
         else EMPTY
     )
     none = (
-        _radio("", "None: this kind's deliveries name no actors", chosen if chosen else None, "trust-none")
+        _radio("", "None: this kind's deliveries name no actors", chosen, "trust-none")
         if offer_none
         else EMPTY
     )
