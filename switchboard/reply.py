@@ -9,7 +9,8 @@ The checks and the insert of the ``pending`` row share one write transaction tha
 row locked (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers anyway),
 so of concurrent identical calls exactly one inserts and dials; the others find its row and wait
 for its outcome. Bounds (the endpoint's token bucket, the todo's lifetime cap, a connection blocked
-by a provider 429) live in the database, so they hold across processes and restarts.
+by a provider 429) live in the database, so they hold across processes and restarts. The statements
+(one read and the take before the dial, one update after it) are in ``reply_statements``.
 """
 
 from __future__ import annotations

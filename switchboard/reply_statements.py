@@ -1,28 +1,35 @@
-"""The statements behind ``reply``, in SQLAlchemy Core: no ORM unit of work on the reply path.
+"""The statements behind ``reply``, in SQLAlchemy Core, run on the driver directly (no ORM unit of
+work, no per-statement SQLAlchemy execution on the reply path).
 
 A reply writes twice around its dial, and each write is as few statements as its guarantees allow:
 
 * **Before the dial**, one write transaction: ``CONTEXT`` reads, in one statement, everything the
   checks need (the todo, locked ``FOR UPDATE`` on PostgreSQL; the reply already made with this
   key; the todo's reply count; the endpoint's bucket; every connection of the owner scope, with its
-  sealed secret). ``take_token`` spends the bucket token with a compare-and-set on the bucket's
-  ``updated_at`` that also re-counts the todo's replies, and ``insert_pending`` writes the
-  ``pending`` row; the commit comes before the dial.
-* **After the dial**, ``record_outcome``: one ``UPDATE … RETURNING`` in autocommit on PostgreSQL.
+  sealed secret). ``take_and_insert`` then spends the bucket's token with a compare-and-set on its
+  ``updated_at`` that also re-counts the todo's replies, and writes the ``pending`` row: one
+  statement on PostgreSQL (a CTE), two on SQLite. The commit comes before the dial.
+* **After the dial**, ``record_outcome``: one ``UPDATE … RETURNING`` (autocommit on PostgreSQL).
 
 Why the re-count and the compare-and-set: ``CONTEXT`` may have waited for the todo's lock held by
 a concurrent reply of the same todo, and its subqueries then saw the database as it was before that
 reply committed. The bucket is per endpoint, so replies on *other* todos of the endpoint race on it
-without sharing the todo's lock. The take statement runs after the lock is held, so it sees both.
-It is the only writer of a bucket besides the slow path (``take_token_locked``), which it falls
-back to when the compare-and-set finds the bucket changed. On SQLite writers take turns, so the
-first statement already saw the truth and the fallback never runs there.
+without sharing the todo's lock. The take runs after the lock is held, so it sees both. When it
+finds things changed it writes nothing, and the caller decides again from locked rows
+(``replies_now``, ``lock_bucket``, ``spend_locked``, ``insert_pending``). On SQLite writers take
+turns, so ``CONTEXT`` already saw the truth and that path never runs there.
+
+The logic of a write is written once, as a generator of (statement, values) steps that receives
+each statement's rows (``Steps``), so the same code runs synchronously on SQLite's writer thread
+(``drive`` under ``Database.run_sqlite``: the whole transaction in one hand-off) and asynchronously
+on asyncpg (``drive_async`` under ``Database.run_postgresql``) or a SQLAlchemy connection (``on``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -176,15 +183,15 @@ CONTEXT = (
 )
 
 
+# A row's candidate columns, in Candidate's field order.
+_candidate_of = operator.attrgetter(*(f"c_{column.name}" for column in _CANDIDATE))
+
+
 def _context_of(rows: Rows) -> Context | None:
     if not rows:
         return None
     first = rows[0]
-    candidates = tuple(
-        Candidate(*(getattr(row, f"c_{column.name}") for column in _CANDIDATE))
-        for row in rows
-        if row.c_id is not None
-    )
+    candidates = tuple(Candidate(*_candidate_of(row)) for row in rows if row.c_id is not None)
     return Context(
         endpoint_id=first.endpoint_id,
         state=first.state,
