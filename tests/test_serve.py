@@ -88,7 +88,9 @@ async def test_serve_at_debug_without_a_key_logs_no_secret(
         async with http.post("/api/v1/endpoints", json={"name": "Ada Bot"}, headers=auth) as resp:
             vended = await resp.json()
         async with http.post(
-            "/api/v1/webhooks", json={"endpoint": "ada-bot", "source": "github"}, headers=auth
+            "/api/v1/webhooks",
+            json={"endpoint": "ada-bot", "source": "github", "trust": {"allow_all": True}},
+            headers=auth,
         ) as resp:
             hook = await resp.json()
         body = b'{"zen": "hi", "hook_id": 1}'

@@ -49,7 +49,7 @@ async def _set_up(sb: ServeProcess) -> tuple[dict[str, Any], str]:
         "endpoint", "vend", "--name", "Ada agent", "--owner", "ada", "--queue", "triage", "--reply"
     )
     webhook = await sb.cli(
-        "webhook", "create", "--endpoint", vended["endpoint"]["slug"], "--source", "linear"
+        "webhook", "create", "--endpoint", vended["endpoint"]["slug"], "--source", "linear", "--allow-all"
     )
     assert webhook.get("secret") is None, "Linear issues the secret; Switchboard mints none"
     await sb.cli("webhook", "set-secret", webhook["webhook"]["id"], stdin=SIGNING_SECRET)

@@ -51,7 +51,9 @@ async def _set_up(sb: ServeProcess) -> tuple[dict[str, Any], str, dict[str, Any]
     vended = await sb.cli(
         "endpoint", "vend", "--name", "Ada agent", "--owner", "ada", "--queue", "support", "--reply"
     )
-    webhook = await sb.cli("webhook", "create", "--endpoint", vended["endpoint"]["slug"], "--source", "plain")
+    webhook = await sb.cli(
+        "webhook", "create", "--endpoint", vended["endpoint"]["slug"], "--source", "plain", "--allow-all"
+    )
     assert webhook.get("secret") is None, "Plain issues the secret; Switchboard mints none"
     await sb.cli("webhook", "set-secret", webhook["webhook"]["id"], stdin=SIGNING_SECRET)
     connection = await sb.cli(
