@@ -83,7 +83,8 @@ async def duplicate(
             await s.execute(
                 select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
                 .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-                .where(Todo.event_id == found.id)
+                # A held todo is the owner's business, not the sender's: a replay names only work.
+                .where(Todo.event_id == found.id, Todo.state != "held")
             )
         ).all()
     rank = {webhook.endpoint_id: -1, **{e.id: i for i, e in enumerate(config.routed)}}

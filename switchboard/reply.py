@@ -139,6 +139,9 @@ def _check_state(
     grace_seconds: int,
     lease_token: str | None,
 ) -> None:
+    if todo.state == "held":
+        # Quarantined work is invisible to agents (docs/routing.md): it does not exist for them.
+        raise not_found(f"todo {todo_id!r}")
     if todo.state == "pending":
         raise _refuse("not_claimed", "claim the todo before replying to it")
     if todo.state == "claimed":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from aiohttp.test_utils import TestServer
 from fixtures.intake_kit import (
     ISSUE_1,
@@ -20,7 +21,8 @@ from fixtures.intake_kit import (
     todos_of,
 )
 
-from switchboard import deliveries, todos
+from switchboard import deliveries, reply, todos
+from switchboard.errors import SwitchboardError
 from switchboard.ingest import INGEST_WRITER
 from switchboard.intake import HOLD_QUEUE
 from switchboard.mcp import doorbell
@@ -74,6 +76,10 @@ async def test_an_untrusted_commenter_is_quarantined_and_no_agent_sees_or_hears_
         assert (await agent.error("claim", todo_id=held.id))["error"] == "not_found"
         assert (await agent.error("complete", todo_id=held.id))["error"] == "not_found"
         assert (await agent.error("release", todo_id=held.id))["error"] == "not_found"
+        # Even an endpoint that may reply is told the held todo does not exist.
+        with pytest.raises(SwitchboardError) as refused:
+            await reply.send_reply(services, hook.endpoint, held.id, "on it")
+        assert refused.value.code == "not_found"
         assert await agent.ok("claim_next") == {"empty": True}
         assert await agent.listener.silence(0.5)
         async with connect(base_url, routed_token, routed) as other:
@@ -155,6 +161,8 @@ async def test_a_duplicate_of_a_quarantined_delivery_is_a_duplicate(
     # The same body again (a replay under a fresh delivery id): one event, one held todo.
     status, again = await deliver(base_url, hook, "issues/opened")
     assert status == 202 and again["disposition"] == "duplicate" and again["created"] == 0
+    # The replay is told it was a duplicate, never the held todo's id.
+    assert again["todos"] == [], again
     event = await only_event(services, hook.webhook_id)
     assert len(await todos_of(services, event.id)) == 1
 

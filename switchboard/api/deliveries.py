@@ -164,7 +164,10 @@ SCHEMAS: dict[str, Any] = {
     "MadeDelivery": obj(
         {
             "delivery": {"type": "string", "description": "The new delivery's id."},
-            "disposition": {"type": "string", "enum": ["routed", "ignored", "self_reply"]},
+            "disposition": {
+                "type": "string",
+                "enum": ["routed", "ignored", "self_reply", "quarantined", "dropped", "faulted"],
+            },
             "todos": {"type": "array", "items": {"type": "string"}},
             "redelivery_of": {"type": ["string", "null"]},
         },
