@@ -11,6 +11,10 @@ system time of all its threads, over the row): unlike requests per second, it ha
 other work shares the machine, so it compares two runs on a busy machine. It leaves out the
 PostgreSQL backends' time (their own processes) and the senders'.
 
+``--rules 0,10`` (the default) measures the same webhook with no routing rules and with ten
+(``RULES``: nine that a fixture delivery walks past, the tenth queueing it as before), so the cost of
+intake's rule sandbox shows against the plain path in the same invocation.
+
 The anchor, in the same invocation: ``bench/bare.py``, a bare aiohttp handler that reads the body
 and answers 202, run in its own process the same way, under the same senders. It is measured with
 every available sender driver (``--driver``: Python aiohttp tasks, or ``wrk`` with
@@ -51,6 +55,7 @@ from bench.common import (
 )
 from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
 from switchboard.db import Database
+from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
 
 CEILING = "bare aiohttp"
@@ -74,6 +79,34 @@ def cpu_per_answer(pid: int, before: float | None, answers: int) -> dict[str, fl
     if before is None or after is None or answers <= 0:
         return {}
     return {"server_cpu_ms_per_request": round((after - before) * 1000 / answers, 3)}
+
+
+# Ten rules in the worst order for cost: each delivery walks past the nine that ask about fields of
+# many event shapes (none matches the fixture deliveries) before the tenth queues it, so every
+# delivery is evaluated by all ten and still becomes one todo (acked = stored holds as without rules).
+RULES: list[dict[str, Any]] = [
+    {"id": f"skip-{n}", "expr": expr, "action": {"type": "drop"}}
+    for n, expr in enumerate(
+        [
+            '.event == "release.deleted"',
+            ".payload.sender.login == $params.bot",
+            '(.payload.issue.labels // []) | any(.name == "wontfix")',
+            ".payload.repository.archived == true",
+            '.headers["x-github-event"] == "star"',
+            '(.payload.comment.body // "") | test("^/ignore")',
+            '.actor.sender == "dependabot[bot]"',
+            '(.payload.pull_request.draft // false) and .event == "pull_request.edited"',
+            '.subject == null and .event == "fork"',
+        ]
+    )
+] + [{"id": "everything", "expr": "true", "action": {"type": "queue"}}]
+
+
+def rule_set(count: int) -> dict[str, Any] | None:
+    """``count`` rules (the last always queues), or None for none."""
+    if count == 0:
+        return None
+    return {"rules": RULES[: count - 1] + RULES[-1:], "params": {"bot": "our-bot"}}
 
 
 def row(result: dict[str, Any]) -> dict[str, Any]:
@@ -113,15 +146,28 @@ async def ceiling(
 
 
 async def measure(
-    engine: str, driver: str, senders: list[int], deliveries: int, seconds: float, report: Report
+    engine: str,
+    driver: str,
+    senders: list[int],
+    deliveries: int,
+    seconds: float,
+    report: Report,
+    rules: int = 0,
 ) -> None:
-    heading(f"ingest on {engine}: signed GitHub deliveries, senders {senders}, driver {driver}")
+    heading(
+        f"ingest on {engine}: signed GitHub deliveries, {rules} routing rules, "
+        f"senders {senders}, driver {driver}"
+    )
     async with private_database(engine) as bench_db:
         key = new_key()
         services = make_services(bench_db, key)
         try:
             tenant = await provision(services)
+            if rules:
+                assert tenant.webhook_id is not None
+                await set_rules(services, Caller.cli(), tenant.webhook_id, rule_set(rules))
         finally:
+            await services.sandbox.close()
             await services.db.dispose()
         assert tenant.ingest_token is not None and tenant.webhook_secret is not None
         secret = tenant.webhook_secret
@@ -147,6 +193,7 @@ async def measure(
                     report.add(
                         engine=engine,
                         server="switchboard",
+                        rules=rules,
                         driver=driver,
                         senders=n,
                         **row(result),
@@ -163,6 +210,7 @@ async def measure(
             await db.dispose()
         report.add(
             engine=engine,
+            rules=rules,
             driver=driver,
             check="acknowledged todos stored",
             acknowledged=len(acked),
@@ -187,6 +235,12 @@ async def main() -> None:
         choices=DRIVERS,
         help="who sends to Switchboard: python (aiohttp tasks) or wrk (default: wrk if installed)",
     )
+    p.add_argument(
+        "--rules",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[0, 10],
+        help="routing rule counts to measure, each 0-10 (default 0,10)",
+    )
     p.add_argument("--no-ceiling", action="store_true", help=f"skip the {CEILING} anchor rows")
     p.add_argument("--ceiling-requests", type=int, default=30_000, help="bare requests per row (bound)")
     p.add_argument("--ceiling-seconds", type=float, default=5.0, help="time cap per bare row")
@@ -195,6 +249,8 @@ async def main() -> None:
     if args.quick:
         args.senders, args.deliveries, args.seconds = [1, 8, 32], 100, 10.0
         args.ceiling_requests, args.ceiling_seconds = 5000, 3.0
+    if any(not 0 <= n <= len(RULES) for n in args.rules):
+        p.error(f"--rules counts must be 0 to {len(RULES)}")
     if args.deliveries < 1 or args.seconds <= 0:
         p.error("--deliveries and --seconds must be positive")
     if args.driver == "wrk" and not wrk_available():
@@ -206,7 +262,8 @@ async def main() -> None:
         drivers = ["python", "wrk"] if wrk_available() else ["python"]
         await ceiling(drivers, args.senders, args.ceiling_requests, args.ceiling_seconds, report)
     for engine in engines_of(args.db):
-        await measure(engine, driver, args.senders, args.deliveries, args.seconds, report)
+        for rules in args.rules:
+            await measure(engine, driver, args.senders, args.deliveries, args.seconds, report, rules)
 
 
 if __name__ == "__main__":
