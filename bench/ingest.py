@@ -6,9 +6,10 @@ with a fresh ``X-GitHub-Delivery``. Latency is from the request leaving the send
 read. After the run the todo ids of every 202 are looked up in the database (an acknowledged
 delivery is durable), and the server's peak RSS is read from ``/proc``.
 
-Each row also reports the server process's own CPU time per answered request (``/proc``'s user +
-system time of all its threads, over the row): unlike requests per second, it hardly moves when
-other work shares the machine, so it compares two runs on a busy machine. It leaves out the
+Each row also reports the server's own CPU time per answered request (``/proc``'s user + system
+time of all its threads and of its child processes, the rule workers, over the row): unlike
+requests per second, it hardly moves when other work shares the machine, so it compares two runs on
+a busy machine. It leaves out the
 PostgreSQL backends' time (their own processes) and the senders'.
 
 ``--rules 0,10`` (the default) measures the same webhook with no routing rules and with ten
@@ -63,14 +64,32 @@ CEILING = "bare aiohttp"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of process ``pid`` (all its threads) so far, or None off Linux."""
+def _own_cpu_seconds(pid: int) -> float | None:
     try:
         # The fields after the command name, which is in parentheses and may hold spaces.
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time so far of process ``pid`` (all its threads) and of its live child
+    processes (the routing rules' workers), or None off Linux."""
+    own = _own_cpu_seconds(pid)
+    if own is None:
+        return None
+    return own + sum(_own_cpu_seconds(child) or 0.0 for child in _children(pid))
 
 
 def cpu_per_answer(pid: int, before: float | None, answers: int) -> dict[str, float]:

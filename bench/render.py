@@ -58,12 +58,14 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 "senders",
                 "server",
                 "engine",
+                "rules",
                 "sender",
                 "acked",
                 "deliveries/s",
                 "of ceiling",
                 "p50 ms",
                 "p99 ms",
+                "server CPU ms/request",
                 "other answers",
                 "server peak RSS MiB",
             ],
@@ -72,12 +74,14 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     r["senders"],
                     r.get("server", "switchboard"),
                     ENGINE_LABEL[r["engine"]],
+                    r.get("rules", 0) if r.get("server") != "bare aiohttp" else "-",
                     r.get("driver", "python"),
                     r["acked"],
                     r["per_second"],
                     share(r),
                     r.get("p50_ms"),
                     r.get("p99_ms"),
+                    r.get("server_cpu_ms_per_request"),
                     ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
                     r["server_peak_rss_mib"],
                 ]
@@ -87,6 +91,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                         r["senders"],
                         r.get("server") != "bare aiohttp",
                         r["engine"],
+                        r.get("rules", 0),
                         r.get("driver", ""),
                     ),
                 )
@@ -95,12 +100,16 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
     )
     out.append(
         '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender and '
-        "senders. The bare rows under each sender show how far that sender itself goes."
+        "senders. The bare rows under each sender show how far that sender itself goes. "
+        '"rules": the webhook\'s routing rules (10: every delivery evaluated by all ten, '
+        "bench/ingest.py's RULES). "
+        '"server CPU": the server process and its rule workers, not PostgreSQL\'s backends.'
     )
     for r in rows:
         if "check" in r:
             line = (
-                f"\n{ENGINE_LABEL[r['engine']]}: {r['acknowledged']} acknowledged todos, "
+                f"\n{ENGINE_LABEL[r['engine']]}, {r.get('rules', 0)} rules: "
+                f"{r['acknowledged']} acknowledged todos, "
                 f"{r.get('acknowledged_not_stored', 0)} of them not stored; {r['stored']} stored"
             )
             if r.get("stored_unread"):
