@@ -332,6 +332,15 @@ async def main() -> None:
         args.claimers, args.cycles, args.seconds, args.mcp = [1, 4], 200, 10.0, True
     if args.cycles < 1 or args.seconds <= 0:
         p.error("--cycles and --seconds must be positive")
+    if "postgresql" in engines_of(args.db) and not args.no_baseline:
+        try:
+            import pgqueuer  # noqa: F401
+        except ImportError:
+            # Said before any row runs, not as a traceback halfway through the run.
+            p.error(
+                "the PgQueuer baseline needs pgqueuer: .venv/bin/pip install -r bench/requirements.txt "
+                "(or pass --no-baseline)"
+            )
     print(machine())
     report = Report("claim_cycles", args.json_path)
     for engine in engines_of(args.db):

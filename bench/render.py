@@ -117,6 +117,8 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     f" ({r['stored_unread']} stored with their 202 unread: in flight when wrk stopped, "
                     f"at most {r.get('in_flight_at_stop')})"
                 )
+            if r.get("quarantined"):
+                line += f"; {r['quarantined']} quarantined (a rule fault)"
             out.append(line + ".")
     return out
 

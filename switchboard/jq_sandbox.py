@@ -4,9 +4,11 @@ event loop never waits on for longer than the time limits.
 A worker runs with an empty environment, bounded memory and CPU, and its standard streams cut off
 from the protocol. Every time limit is the parent's: each rule has ``rule_timeout`` seconds from
 the moment the previous one answered, and a delivery's rules together (waiting for a free worker
-included) have ``budget``. A worker that misses a deadline is killed (SIGKILL) and replaced; one
-that dies (its memory limit, a crash) is replaced too. A rule's problem is never an exception here:
-it is a ``Match`` with a ``fault``, which the caller fails closed on (docs/routing.md).
+included) have ``budget``; an answer counts when the worker has sent it by then, even if this
+event loop, busy elsewhere, reads it later (``_receive_by``). A worker that misses a deadline is
+killed (SIGKILL) and replaced; one that dies (its memory limit, a crash) is replaced too. A rule's
+problem is never an exception here: it is a ``Match`` with a ``fault``, which the caller fails
+closed on (docs/routing.md).
 
 Logs name rules by id and never carry payload text or jq's messages (which can quote the payload).
 """
@@ -86,6 +88,38 @@ class _Worker:
         if not isinstance(message, dict):
             raise _Gone
         return message
+
+
+# After a deadline passes, how many turns of the event loop an answer gets to be read (see
+# _receive_by): enough for a line already in the pipe to be selected, read and handed over.
+LATE_LOOKS = 4
+
+
+async def _receive_by(worker: _Worker, deadline: float) -> dict[str, Any]:
+    """The worker's next message if it has sent it by ``deadline``, else TimeoutError.
+
+    Judged by what the worker did, not by when this event loop got round to reading it: the wait
+    does not cancel the read, and once the deadline passes the read gets a few more turns of the
+    loop, so an answer already in the pipe still counts. Without that, a loop busy elsewhere past a
+    deadline (a large payload decoded for another request, a burst under load) would turn a fast
+    rule into a fault, and quarantine a delivery that its rules would have routed.
+    """
+    loop = asyncio.get_running_loop()
+    receiving = asyncio.ensure_future(worker.receive())
+    try:
+        await asyncio.wait({receiving}, timeout=max(0.0, deadline - loop.time()))
+        for _ in range(LATE_LOOKS):
+            if receiving.done():
+                break
+            await asyncio.sleep(0)
+        if not receiving.done():
+            raise TimeoutError
+        return receiving.result()
+    finally:
+        if not receiving.done():
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, _Gone):
+                await receiving
 
 
 class Sandbox:
@@ -227,33 +261,32 @@ class Sandbox:
         running: int | None = None  # the rule the worker is on; None before the first
         rule_deadline = deadline
         try:
-            async with asyncio.timeout_at(deadline) as scope:
+            async with asyncio.timeout_at(deadline):
                 await worker.send(*job)
-                message = await worker.receive()
-                if isinstance(message.get("fault"), str) and message.get("i") is None:
-                    # The input could not be read: no rule ran.
-                    return Match(fault=message["fault"]), message.get("retire") is not True
-                if message.get("ready") is not True:
+            message = await _receive_by(worker, deadline)
+            if isinstance(message.get("fault"), str) and message.get("i") is None:
+                # The input could not be read: no rule ran.
+                return Match(fault=message["fault"]), message.get("retire") is not True
+            if message.get("ready") is not True:
+                raise _Gone
+            running = 0
+            while True:
+                rule_deadline = loop.time() + self.rule_timeout
+                message = await _receive_by(worker, min(rule_deadline, deadline))
+                n = message.get("i")
+                retire = message.get("retire") is True
+                fault = message.get("fault")
+                if isinstance(fault, str):
+                    return self._fault(message, n, ids, fault), not retire
+                if n != running or not isinstance(message.get("match"), bool):
                     raise _Gone
-                running = 0
-                while True:
-                    rule_deadline = loop.time() + self.rule_timeout
-                    scope.reschedule(min(rule_deadline, deadline))
-                    message = await worker.receive()
-                    n = message.get("i")
-                    retire = message.get("retire") is True
-                    fault = message.get("fault")
-                    if isinstance(fault, str):
-                        return self._fault(message, n, ids, fault), not retire
-                    if n != running or not isinstance(message.get("match"), bool):
-                        raise _Gone
-                    if message["match"]:
-                        return Match(n, ids[n]), not retire
-                    running += 1
-                    if running == count:
-                        return None, not retire
-                    if retire:
-                        raise _Gone
+                if message["match"]:
+                    return Match(n, ids[n]), not retire
+                running += 1
+                if running == count:
+                    return None, not retire
+                if retire:
+                    raise _Gone
         except TimeoutError:
             if running is None:
                 fault = f"the rules did not start within the budget of {_ms(self.budget)}"
