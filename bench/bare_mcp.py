@@ -1,8 +1,8 @@
 """The MCP floor: a bare ``mcp`` SDK server with two no-op tools named ``claim_next`` and ``complete``.
 
 The anchor of the over-MCP rows in ``bench/claim.py``: the SDK version Switchboard uses, on its own
-stack (the low-level ``Server``, ``streamable_http_app()`` with stateful sessions, served by
-uvicorn), answering the same tool names with results of the same shape and size as Switchboard's
+stack (the low-level ``Server``, ``streamable_http_app()`` with stateful sessions and JSON answers
+as Switchboard gives them, served by uvicorn), answering the same tool names with results of the same shape and size as Switchboard's
 (a claimed todo of the benchmark's backlog; ``complete`` the finished todo), and no database, no
 auth, no validation. What a claimer measures against it is the protocol's own cost per cycle: the
 JSON-RPC framing, the Streamable HTTP transport and the SDK's dispatch.
@@ -125,8 +125,13 @@ def main() -> None:
     server: Server[Any] = Server(
         "bare-floor", version="0.0.0", on_list_tools=list_tools, on_call_tool=call_tool
     )
+    # Answered as Switchboard answers (one JSON body per request, not an event stream; stateful
+    # sessions), so the floor is the same protocol work and the ratio compares like with like.
     app = server.streamable_http_app(
-        stateless_http=False, host=host, custom_starlette_routes=[Route("/healthz", healthz)]
+        json_response=True,
+        stateless_http=False,
+        host=host,
+        custom_starlette_routes=[Route("/healthz", healthz)],
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
