@@ -23,7 +23,6 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import event
 
 from bench.common import (
     Latencies,
@@ -60,22 +59,22 @@ def is_claim(statement: str) -> bool:
 async def claim_plan(db: Database, endpoint: Endpoint) -> str:
     """The plan of the statement ``claim_next`` really runs, with its real parameters.
 
-    One (untimed) ``claim_next`` is made with a listener on the engine writes run on
-    (``db.write_engine``: SQLite's single writer connection, PostgreSQL's pool) catching the claim
-    statement; that statement is then EXPLAINed (never executed) and the claimed todo completed.
+    One (untimed) ``claim_next`` is made with a tap on the statements the database runs on the
+    driver (``db.statement_taps``: the claim goes to SQLite's writer thread or PostgreSQL's asyncpg
+    connection directly) catching the claim statement; that statement is then EXPLAINed (never
+    executed) and the claimed todo completed.
     """
     caught: list[tuple[str, Any]] = []
 
-    def grab(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+    def grab(statement: str, parameters: Any) -> None:
         if not caught and is_claim(statement):
-            caught.append((statement, parameters))
+            caught.append((statement, tuple(parameters)))
 
-    engine = db.write_engine.sync_engine
-    event.listen(engine, "before_cursor_execute", grab)
+    db.statement_taps.append(grab)
     try:
         todo = await todos.claim_next(db, endpoint)
     finally:
-        event.remove(engine, "before_cursor_execute", grab)
+        db.statement_taps.remove(grab)
     if todo is not None:
         await todos.complete(db, endpoint, todo["id"])
     if not caught:
