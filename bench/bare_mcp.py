@@ -2,10 +2,11 @@
 
 The anchor of the over-MCP rows in ``bench/claim.py``: the SDK version Switchboard uses, on its own
 stack (the low-level ``Server``, ``streamable_http_app()`` with stateful sessions and JSON answers
-as Switchboard gives them, served by uvicorn), answering the same tool names with results of the same shape and size as Switchboard's
-(a claimed todo of the benchmark's backlog; ``complete`` the finished todo), and no database, no
-auth, no validation. What a claimer measures against it is the protocol's own cost per cycle: the
-JSON-RPC framing, the Streamable HTTP transport and the SDK's dispatch.
+as Switchboard gives them, served by uvicorn), answering the same tool names with results of the
+same shape and size as Switchboard's (a claimed todo of the benchmark's backlog; ``complete`` the
+finished todo), and no database, no auth, no validation. What a claimer measures against it is
+the protocol's own cost per cycle: the JSON-RPC framing, the Streamable HTTP transport and the
+SDK's dispatch.
 
 ``claim_next`` takes ``max`` (1-50) and then answers ``{"todos": [...]}``, so the ``max=10`` floor
 is measured too. Run as ``python -m bench.bare_mcp`` with ``SWITCHBOARD_HOST``/``SWITCHBOARD_PORT``.
