@@ -79,7 +79,8 @@ def _children(pid: int) -> list[int]:
         for task in Path(f"/proc/{pid}/task").iterdir():
             found += [int(c) for c in (task / "children").read_text().split()]
     except OSError:
-        pass
+        # The process, or a thread of it, ended while being read: what was found so far stands.
+        return found
     return found
 
 
