@@ -23,7 +23,6 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
 from bench.common import (
     Latencies,
     Report,

@@ -39,6 +39,7 @@ from switchboard.db import Database, utcnow
 from switchboard.models import Endpoint
 from switchboard.services import Services
 from switchboard.settings import Settings
+from switchboard.testing.world import trust_all
 from switchboard.vault import Vault, generate_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,16 +187,14 @@ async def provision(
     )
     tenant = Tenant(human.id, endpoint, token, queue)
     if source is not None:
-        # Trust every sender (a kind with actors quarantines without a trust setting): the bench
-        # measures deliveries that become work.
-        kind = services.providers.sources.get(source)
+        # Trust every sender: the bench measures deliveries that become work.
         hook = await tenancy.create_webhook(
             services.db,
             services.vault,
             services.providers,
             endpoint_slug=endpoint.slug,
             source=source,
-            trust={"allow_all": True} if kind is not None and kind.trust is not None else None,
+            trust=trust_all(services.providers, source),
         )
         tenant.webhook_id, tenant.ingest_token, tenant.webhook_secret = (
             hook.webhook.id,

@@ -9,8 +9,7 @@ delivery is durable), and the server's peak RSS is read from ``/proc``.
 Each row also reports the server's own CPU time per answered request (``/proc``'s user + system
 time of all its threads and of its child processes, the rule workers, over the row): unlike
 requests per second, it hardly moves when other work shares the machine, so it compares two runs on
-a busy machine. It leaves out the
-PostgreSQL backends' time (their own processes) and the senders'.
+a busy machine. It leaves out the PostgreSQL backends' time (their own processes) and the senders'.
 
 ``--rules 0,10`` (the default) measures the same webhook with no routing rules and with ten
 (``RULES``: nine that a fixture delivery walks past, the tenth queueing it as before), so the cost of
@@ -28,6 +27,7 @@ Switchboard row far below the bare row of its own driver is not limited by its s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -75,12 +75,10 @@ def _own_cpu_seconds(pid: int) -> float | None:
 
 def _children(pid: int) -> list[int]:
     found: list[int] = []
-    try:
+    # The process, or a thread of it, may end while being read: what was found so far stands.
+    with contextlib.suppress(OSError):
         for task in Path(f"/proc/{pid}/task").iterdir():
             found += [int(c) for c in (task / "children").read_text().split()]
-    except OSError:
-        # The process, or a thread of it, ended while being read: what was found so far stands.
-        return found
     return found
 
 

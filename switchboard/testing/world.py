@@ -17,6 +17,7 @@ from switchboard import tenancy
 from switchboard.db import Database, utcnow
 from switchboard.models import Endpoint, Event, Todo
 from switchboard.owners import Owner, add_human, list_humans, resolve_owner
+from switchboard.plugins import Providers
 from switchboard.provider import Address
 from switchboard.services import Services
 from switchboard.todos import new_todo_row
@@ -156,6 +157,14 @@ def cairn_address(instance: str, artifact_id: str = "art_42") -> Address:
 # Webhooks and deliveries
 
 
+def trust_all(providers: Providers, source: str) -> dict[str, Any] | None:
+    """The trust setting that lets every sender's delivery become work: ``{"allow_all": true}`` for
+    a kind whose deliveries name actors (without one they would all be quarantined), None for the
+    others, which take no trust setting."""
+    kind = providers.sources.get(source)
+    return {"allow_all": True} if kind is not None and kind.trust is not None else None
+
+
 async def make_webhook(
     services: Services,
     source: str,
@@ -182,8 +191,8 @@ async def make_webhook(
             db, name=endpoint, owner=await resolve_owner(db, human=owner), queues=[queue]
         )
     kind = services.providers.sources.get(source)
-    if trust is None and kind is not None and kind.trust is not None:
-        trust = {"allow_all": True}
+    if trust is None:
+        trust = trust_all(services.providers, source)
     created = await tenancy.create_webhook(
         db,
         services.vault,
