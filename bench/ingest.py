@@ -27,6 +27,7 @@ Switchboard row far below the bare row of its own driver is not limited by its s
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -125,6 +126,17 @@ def rule_set(count: int) -> dict[str, Any] | None:
     if count == 0:
         return None
     return {"rules": RULES[: count - 1] + RULES[-1:], "params": {"bot": "our-bot"}}
+
+
+def rule_counts(value: str) -> list[int]:
+    """``"0,10"`` → ``[0, 10]``; a clear argparse error for anything else."""
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma list of integers") from None
+    if not counts or any(not 0 <= n <= len(RULES) for n in counts):
+        raise argparse.ArgumentTypeError(f"{value!r}: each rule count must be 0 to {len(RULES)}")
+    return counts
 
 
 def row(result: dict[str, Any]) -> dict[str, Any]:
@@ -258,7 +270,7 @@ async def main() -> None:
     )
     p.add_argument(
         "--rules",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=rule_counts,
         default=[0, 10],
         help="routing rule counts to measure, each 0-10 (default 0,10)",
     )
@@ -270,8 +282,6 @@ async def main() -> None:
     if args.quick:
         args.senders, args.deliveries, args.seconds = [1, 8, 32], 100, 10.0
         args.ceiling_requests, args.ceiling_seconds = 5000, 3.0
-    if any(not 0 <= n <= len(RULES) for n in args.rules):
-        p.error(f"--rules counts must be 0 to {len(RULES)}")
     if args.deliveries < 1 or args.seconds <= 0:
         p.error("--deliveries and --seconds must be positive")
     if args.driver == "wrk" and not wrk_available():
