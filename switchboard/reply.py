@@ -5,12 +5,14 @@ owner chose the credential (the connection of the *todo's* owner scope that serv
 
 Every check runs before any dial, in the order docs/replying.md lists them ("Refusals and their
 fixes"), and a refusal writes no reply row.
-The checks and the insert of the ``pending`` row share one write transaction that holds the todo
-row locked (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers anyway),
-so of concurrent identical calls exactly one inserts and dials; the others find its row and wait
-for its outcome. Bounds (the endpoint's token bucket, the todo's lifetime cap, a connection blocked
-by a provider 429) live in the database, so they hold across processes and restarts. The statements
-(one read and the take before the dial, one update after it) are in ``reply_statements``.
+The checks and the insert of the ``pending`` row are one read and one take that writes only if
+nothing the checks relied on changed in between (on PostgreSQL without a lock, retried under the
+todo's ``FOR UPDATE`` lock when something did; SQLite's writer takes turns, so there it is one
+transaction), so of concurrent identical calls exactly one inserts and dials; the others find its
+row and wait for its outcome. Bounds (the endpoint's token bucket, the todo's lifetime cap, a
+connection blocked by a provider 429) live in the database, so they hold across processes and
+restarts. The statements (one read and the take before the dial, one update after it) and why they
+are safe are in ``reply_statements``.
 """
 
 from __future__ import annotations
@@ -246,10 +248,14 @@ def _prepare_steps(
     key: str,
     lease_token: str | None,
     now: datetime,
-) -> Steps[_Ready | str]:
-    """Every check, the token and the pending row, as the statements of one write transaction (see
-    reply_statements); or the id of the existing row for this key."""
-    ctx = yield from statements.read_context(todo_id, key, Owner.of(endpoint).id)
+    *,
+    locked: bool,
+) -> Steps[_Ready | str | None]:
+    """Every check, the token and the pending row (see reply_statements); or the id of the existing
+    row for this key. ``locked``: the todo is held from the read to the commit, and a bucket that
+    changed since the read is decided again from its locked row. Unlocked, a take that found
+    anything changed writes nothing and answers None: run again, locked."""
+    ctx = yield from statements.read_context(todo_id, key, Owner.of(endpoint).id, lock=locked)
     if ctx is None or ctx.endpoint_id != endpoint.id:
         raise not_found(f"todo {todo_id!r}")
     if ctx.existing is not None:
@@ -327,9 +333,12 @@ def _prepare_steps(
         cap=cap,
         tokens=tokens,
         seen=ctx.bucket_at,
+        todo=ctx,
         now=now,
         pending=pending,
     )
+    if not taken and not locked:
+        return None
     if not taken:
         # A concurrent reply changed the bucket, or filled the todo's cap, since the read: decide
         # again from the locked rows.
@@ -347,9 +356,20 @@ async def _prepare(
     services: Services, endpoint: Endpoint, todo_id: str, text: str, key: str, lease_token: str | None
 ) -> _Ready | str:
     """Run every check and insert the pending row; or the id of the existing row for this key."""
-    steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow())
+    db = services.db
+    if not db.is_sqlite:
+        # First without a transaction: two round trips, each committed by itself (the pending row's
+        # is the commit that must land before the dial).
+        steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=False)
+        prepared = await statements.write(db, steps, transaction=False)
+        if prepared is not None:
+            return prepared
     # One transaction: on PostgreSQL the todo's row lock lasts from the read to the insert.
-    return await statements.write(services.db, steps, transaction=True)
+    steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=True)
+    prepared = await statements.write(db, steps, transaction=True)
+    if prepared is None:  # pragma: no cover - the locked path always decides
+        raise RuntimeError("a locked reply answered nothing")
+    return prepared
 
 
 async def _post_once(services: Services, post: ReplyPost) -> PostResult:
@@ -452,7 +472,9 @@ async def _finish(services: Services, ready: _Ready, result: PostResult) -> Reco
         "updated_at": utcnow(),
     }
     row = await statements.write(
-        services.db, statements.record_outcome(ready.reply_id, values), transaction=False
+        services.db,
+        statements.record_outcome(services.db.dialect, ready.reply_id, values),
+        transaction=False,
     )
     if row is None:
         # Already final, or gone with its todo: what the table says, else what the dial said.

@@ -3,21 +3,27 @@ work, no per-statement SQLAlchemy execution on the reply path).
 
 A reply writes twice around its dial, and each write is as few statements as its guarantees allow:
 
-* **Before the dial**, one write transaction: ``CONTEXT`` reads, in one statement, everything the
-  checks need (the todo, locked ``FOR UPDATE`` on PostgreSQL; the reply already made with this
-  key; the todo's reply count; the endpoint's bucket; every connection of the owner scope, with its
-  sealed secret). ``take_and_insert`` then spends the bucket's token with a compare-and-set on its
-  ``updated_at`` that also re-counts the todo's replies, and writes the ``pending`` row: one
-  statement on PostgreSQL (a CTE), two on SQLite. The commit comes before the dial.
+* **Before the dial**: ``CONTEXT`` reads, in one statement, everything the checks need (the todo;
+  the reply already made with this key; the todo's reply count; the endpoint's bucket; every
+  connection of the owner scope, with its sealed secret). ``take_and_insert`` then spends the
+  bucket's token with a compare-and-set on its ``updated_at`` that also re-counts the todo's
+  replies, and writes the ``pending`` row: one statement on PostgreSQL (a CTE), two on SQLite. It
+  commits before the dial.
 * **After the dial**, ``record_outcome``: one ``UPDATE … RETURNING`` (autocommit on PostgreSQL).
 
-Why the re-count and the compare-and-set: ``CONTEXT`` may have waited for the todo's lock held by
-a concurrent reply of the same todo, and its subqueries then saw the database as it was before that
-reply committed. The bucket is per endpoint, so replies on *other* todos of the endpoint race on it
-without sharing the todo's lock. The take runs after the lock is held, so it sees both. When it
-finds things changed it writes nothing, and the caller decides again from locked rows
-(``replies_now``, ``lock_bucket``, ``spend_locked``, ``insert_pending``). On SQLite writers take
-turns, so ``CONTEXT`` already saw the truth and that path never runs there.
+On SQLite writers take turns, so the read is the truth until the commit: all of it is one write
+transaction in one hand-off to the writer. On PostgreSQL a reply first runs without a transaction
+or a lock: the read, then the take in autocommit, two round trips. The take writes only if nothing
+it relies on changed since the read: the bucket is as seen (the compare-and-set: every reply
+row is inserted together with a take from its endpoint's bucket, so this also means no reply was
+added to the todo since the read), the todo is still under its cap, and the todo row is as the
+checks saw it (state, lease, fence, finisher). A second identical call inserts the same (todo,
+key) and fails on the unique index, which the caller answers with the first call's outcome. When
+the take finds a change it writes nothing, and the reply runs again as one transaction that holds
+the todo ``FOR UPDATE`` from the read to the commit (``CONTEXT_LOCKED``); there the bucket may
+still have moved (the bucket is per endpoint, so replies on *other* todos of the endpoint race on
+it without sharing the todo's lock), and the caller decides from locked rows (``replies_now``,
+``lock_bucket``, ``spend_locked``, ``insert_pending``).
 
 The logic of a write is written once, as a generator of (statement, values) steps that receives
 each statement's rows (``Steps``), so the same code runs synchronously on SQLite's writer thread
@@ -42,6 +48,7 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
+    exists,
     func,
     insert,
     literal_column,
@@ -178,9 +185,9 @@ CONTEXT = (
     )
     .where(T.id == bindparam("todo_id", type_=String))
     .order_by(C.created_at, C.id)
-    # Only the todo: concurrent replies of one todo take turns from here to the commit.
-    .with_for_update(of=_TODOS)
 )
+# Only the todo: concurrent replies of one todo take turns from here to the commit.
+CONTEXT_LOCKED = CONTEXT.with_for_update(of=_TODOS)
 
 
 # A row's candidate columns, in Candidate's field order.
@@ -208,9 +215,11 @@ def _context_of(rows: Rows) -> Context | None:
     )
 
 
-def read_context(todo_id: str, key: str, scope: str) -> Steps[Context | None]:
-    """Everything the checks need, in one statement; None: no such todo."""
-    return _context_of((yield CONTEXT, {"todo_id": todo_id, "key": key, "scope": scope}))
+def read_context(todo_id: str, key: str, scope: str, *, lock: bool) -> Steps[Context | None]:
+    """Everything the checks need, in one statement; None: no such todo. ``lock``: hold the todo's
+    row until the commit (the locked retry on PostgreSQL; on SQLite it changes nothing)."""
+    statement = CONTEXT_LOCKED if lock else CONTEXT
+    return _context_of((yield statement, {"todo_id": todo_id, "key": key, "scope": scope}))
 
 
 def tokens_now(tokens: float | None, at: datetime | None, now: datetime) -> float:
@@ -226,9 +235,23 @@ def wait_for_token(tokens: float) -> int:
     return math.ceil((1.0 - tokens) / BUCKET_REFILL_PER_SECOND)
 
 
-def _take(dialect: Any) -> Any:
+# The todo as the checks saw it (PostgreSQL's take, which may run without the todo's lock). A
+# column whose value the read found NULL must still be NULL: IS NOT DISTINCT FROM.
+_TODO_AS_SEEN = exists().where(
+    T.id == bindparam("for_todo", type_=String),
+    T.endpoint_id == bindparam("seen_endpoint", type_=String),
+    T.state == bindparam("seen_state", type_=String),
+    T.lease_expires_at.is_not_distinct_from(bindparam("seen_lease", type_=UTCDateTime())),
+    T.lease_token_hash.is_not_distinct_from(bindparam("seen_fence", type_=String)),
+    T.finished_by.is_not_distinct_from(bindparam("seen_finisher", type_=String)),
+    T.finished_at.is_not_distinct_from(bindparam("seen_finished", type_=UTCDateTime())),
+)
+
+
+def _take(dialect: Any, *, todo_as_seen: bool) -> Any:
     """Spend a token: insert the bucket, or update it if it is still as ``seen`` (compare-and-set);
-    either only while the todo has fewer than ``cap`` replies. Returns a row when it took one."""
+    either only while the todo has fewer than ``cap`` replies (and, with ``todo_as_seen``, is
+    still as the read saw it). Returns a row when it took one."""
     replies = (
         select(func.count())
         .select_from(_REPLIES)
@@ -240,6 +263,8 @@ def _take(dialect: Any) -> Any:
         bindparam("new_tokens", type_=Float),
         bindparam("stamp", type_=UTCDateTime()),
     ).where(replies < bindparam("cap", type_=Integer))
+    if todo_as_seen:
+        source = source.where(_TODO_AS_SEEN)
     statement = dialect.insert(_BUCKETS).from_select([B.endpoint_id, B.tokens, B.updated_at], source)
     return statement.on_conflict_do_update(
         index_elements=[B.endpoint_id],
@@ -250,7 +275,9 @@ def _take(dialect: Any) -> Any:
 
 
 _PENDING_COLUMNS = tuple(_REPLIES.c)
-_TAKE_SQLITE = _take(sqlite)
+# SQLite's take runs inside the writer's turn, where nothing changes between the read and the take
+# but this reply's own statements: the todo needs no second look.
+_TAKE_SQLITE = _take(sqlite, todo_as_seen=False)
 _INSERT_PENDING = insert(_REPLIES).values(
     {c: bindparam(f"r_{c.name}", type_=c.type) for c in _PENDING_COLUMNS}
 )
@@ -261,7 +288,7 @@ _TAKE_AND_INSERT_PG = (
     .from_select(
         list(_PENDING_COLUMNS),
         select(*(bindparam(f"r_{c.name}", type_=c.type) for c in _PENDING_COLUMNS)).select_from(
-            _take(postgresql).cte("taken")
+            _take(postgresql, todo_as_seen=True).cte("taken")
         ),
     )
     .returning(R.id)
@@ -281,13 +308,14 @@ def take_and_insert(
     cap: int,
     tokens: float,
     seen: datetime | None,
+    todo: Context,
     now: datetime,
     pending: Mapping[str, Any],
 ) -> Steps[bool]:
     """Spend a token and insert the ``pending`` row, if nobody took a token since the bucket was
-    read (``seen``) and the todo is still under its cap (one statement on PostgreSQL, two on
-    SQLite). False: nothing was written; the caller takes the locked path (``replies_now``,
-    ``lock_bucket``, ``spend_locked``, ``insert_pending``)."""
+    read (``seen``), the todo is still under its cap and (PostgreSQL) still as the read saw it
+    (``todo``): one statement on PostgreSQL, two on SQLite. False: nothing was written; the caller
+    decides again (see the module docstring)."""
     take = {
         "bucket_of": endpoint_id,
         "new_tokens": tokens - 1.0,
@@ -297,7 +325,15 @@ def take_and_insert(
         "seen": seen,
     }
     if dialect == "postgresql":
-        return bool((yield _TAKE_AND_INSERT_PG, {**take, **_pending_values(pending)}))
+        as_seen = {
+            "seen_endpoint": todo.endpoint_id,
+            "seen_state": todo.state,
+            "seen_lease": todo.lease_expires_at,
+            "seen_fence": todo.lease_token_hash,
+            "seen_finisher": todo.finished_by,
+            "seen_finished": todo.finished_at,
+        }
+        return bool((yield _TAKE_AND_INSERT_PG, {**take, **as_seen, **_pending_values(pending)}))
     if not (yield _TAKE_SQLITE, take):
         return False
     yield from insert_pending(pending)
@@ -355,7 +391,7 @@ def spend_locked(endpoint_id: str, tokens: float, now: datetime) -> Steps[None]:
 _RECORDED = (R.id, R.todo_id, R.state, R.display, R.permalink, R.error_class, R.error_code)
 # "unknown" too: if the sweeper gave up on a slow dial, the real outcome still wins.
 _OPEN: tuple[ColumnElement[str], ...] = (literal_column("'pending'"), literal_column("'unknown'"))
-_RECORD = (
+_RECORD_ANY = (
     update(_REPLIES)
     .where(R.id == bindparam("reply_id"), R.state.in_(_OPEN))
     .values(
@@ -368,6 +404,19 @@ _RECORD = (
     )
     .returning(*_RECORDED)
 )
+# PostgreSQL: the outcome's commit does not wait for its WAL flush (``synchronous_commit`` off for
+# this statement's own transaction only: ``set_config(…, true)`` is local to it, so the pooled
+# connection keeps the server's setting). What that risks is bounded: the server crashing within
+# its WAL writer's delay loses the outcome, the row stays ``pending``, and the sweeper marks it
+# ``unknown`` (never dialled again: the pending row, committed durably before the dial, holds the
+# key). The dial itself happened either way; only the record of its answer waits.
+_QUIET_COMMIT = func.set_config(
+    literal_column("'synchronous_commit'"), literal_column("'off'"), literal_column("true")
+)
+_RECORD = {
+    "sqlite": _RECORD_ANY,
+    "postgresql": _RECORD_ANY.where(_QUIET_COMMIT == literal_column("'off'")),
+}
 _READ = select(*_RECORDED).where(R.id == bindparam("reply_id"))
 
 
@@ -380,9 +429,9 @@ def _recorded(rows: Rows) -> Recorded | None:
     )
 
 
-def record_outcome(reply_id: str, values: Mapping[str, Any]) -> Steps[Recorded | None]:
+def record_outcome(dialect: str, reply_id: str, values: Mapping[str, Any]) -> Steps[Recorded | None]:
     """Write the dial's outcome (one statement); None when the row is no longer open."""
-    return _recorded((yield _RECORD, {"reply_id": reply_id, **values}))
+    return _recorded((yield _RECORD[dialect], {"reply_id": reply_id, **values}))
 
 
 def read_recorded(reply_id: str) -> Steps[Recorded | None]:

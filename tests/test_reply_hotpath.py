@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, event, select, update
+from sqlalchemy import bindparam, delete, event, func, literal_column, select, update
 
 from switchboard import connections as conn
 from switchboard import reply
@@ -21,9 +21,10 @@ from switchboard import reply_statements as statements
 from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError
 from switchboard.hookspecs import hookimpl
-from switchboard.models import Reply, ReplyBucket
+from switchboard.ids import token_hash
+from switchboard.models import Reply, ReplyBucket, Todo
 from switchboard.provider import Address, CheckResult, ConnectionCheck, ConnectionKind, PostResult, ReplyPost
-from switchboard.testing import FakeProvider, claimed_todo, human_and_endpoint, slack_address
+from switchboard.testing import FakeProvider, claimed_todo, engine_name, human_and_endpoint, slack_address
 
 SLACK_SECRET = "slack-test-bot-credential-" + "Hp4Ns2"
 
@@ -270,3 +271,81 @@ async def test_a_reply_is_one_read_and_two_writes_around_the_dial(
     )
     assert direct == ["SELECT TODOS.ENDPOINT_ID, TODOS.STATE,", *take, "UPDATE REPLIES SET"]
     assert through_sqlalchemy == []
+
+
+def stale_first_read(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> list[bool]:
+    """The reply's first read sees ``changes`` instead of the table (a read that ran before a
+    concurrent change committed); later reads see the table. Returns each read's ``lock``."""
+    real = statements.read_context
+    locks: list[bool] = []
+
+    def stale(*args: Any, lock: bool, **kwargs: Any) -> statements.Steps[statements.Context | None]:
+        ctx = yield from real(*args, lock=lock, **kwargs)
+        locks.append(lock)
+        if len(locks) > 1 or ctx is None:
+            return ctx
+        return dataclasses.replace(ctx, **changes)
+
+    monkeypatch.setattr(statements, "read_context", stale)
+    return locks
+
+
+@pytest.mark.skipif(
+    engine_name() != "postgresql", reason="SQLite's writer takes turns: its read is the truth"
+)
+async def test_a_todo_taken_over_since_the_read_is_decided_again_under_its_lock(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    # In the table, another worker has taken the todo over with a fenced claim; the first read saw
+    # the old, unfenced one (it ran just before the takeover committed).
+    async with db.write() as s:
+        await s.execute(update(Todo).where(Todo.id == todo.id).values(lease_token_hash=token_hash("newer")))
+    locks = stale_first_read(monkeypatch, lease_token_hash=None)
+    with pytest.raises(SwitchboardError) as err:
+        await reply.send_reply(services, endpoint, todo.id, "from the superseded worker")
+    assert err.value.code == "conflict"
+    assert locks == [False, True]
+    assert fake_slack.posts() == []
+    async with db.read() as s:
+        assert (await s.scalars(select(Reply.id))).all() == []
+    # With nothing changed since its read, a reply is decided by the first, unlocked read.
+    locks.clear()
+    monkeypatch.undo()
+    other = await claimed_todo(db, endpoint, slack_address(thread="1726990099.000100"))
+    locks = stale_first_read(monkeypatch)
+    assert (await reply.send_reply(services, endpoint, other.id, "done"))["state"] == "sent"
+    assert locks == [False]
+
+
+@pytest.mark.skipif(engine_name() != "postgresql", reason="synchronous_commit is PostgreSQL's")
+async def test_the_outcome_commits_without_waiting_for_its_flush_and_leaves_the_setting_alone(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    result = await reply.send_reply(services, endpoint, todo.id, "posted")
+    async with db.write() as s:
+        await s.execute(update(Reply).where(Reply.id == result["reply_id"]).values(state="pending"))
+    # The outcome's statement carries the quiet commit; one like it, asked what its own transaction
+    # commits with, on a connection that is then asked again.
+    assert "set_config('synchronous_commit', 'off', true)" in str(statements._RECORD["postgresql"])
+    commits_with = func.current_setting("synchronous_commit").label("commits_with")
+    table = Reply.__table__
+    record = (
+        update(table)
+        .where(table.c.id == bindparam("reply_id"), statements._QUIET_COMMIT == literal_column("'off'"))
+        .values(state="sent")
+        .returning(commits_with)
+    )
+
+    async def work(run: Any) -> tuple[str, str]:
+        inside = (await run(record, {"reply_id": result["reply_id"]}))[0].commits_with
+        after = (await run(select(func.current_setting("synchronous_commit").label("now")), {}))[0].now
+        return inside, after
+
+    inside, after = await db.run_postgresql(work)
+    assert (inside, after) == ("off", "on")
+    async with db.read() as s:
+        assert await s.scalar(select(Reply.state).where(Reply.id == result["reply_id"])) == "sent"
