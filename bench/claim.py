@@ -59,6 +59,7 @@ from bench.common import (
     server_process,
     tool,
 )
+from bench.cpu import CpuMeter
 from switchboard import todos
 
 BATCH = 10
@@ -90,7 +91,14 @@ def label(queue: str, batch: int) -> str:
 
 
 def report_round(
-    report: Report, engine: str, queue: str, n: int, done: int, wall: float, latencies: Latencies
+    report: Report,
+    engine: str,
+    queue: str,
+    n: int,
+    done: int,
+    wall: float,
+    latencies: Latencies,
+    cpu: dict[str, float] | None = None,
 ) -> None:
     report.add(
         engine=engine,
@@ -100,6 +108,7 @@ def report_round(
         seconds=round(wall, 2),
         cycles_per_second=round(done / wall, 1) if wall > 0 else 0.0,
         **{f"cycle_{k}": v for k, v in latencies.summary().items() if k != "n"},
+        **(cpu or {}),
     )
 
 
@@ -166,10 +175,11 @@ async def tool_has_max(client: Any) -> bool:
 
 
 async def mcp_round(
-    base_url: str, token: str, n: int, cycles: int, seconds: float, batch: int
-) -> tuple[int, float, Latencies]:
+    base_url: str, token: str, n: int, cycles: int, seconds: float, batch: int, meter: CpuMeter | None = None
+) -> tuple[int, float, Latencies, dict[str, float]]:
     """``n`` SDK client sessions claiming and completing until the backlog is empty, ``cycles``
-    cycles are done or ``seconds`` have passed; returns (cycles, wall seconds, latencies)."""
+    cycles are done or ``seconds`` have passed; returns (cycles, wall seconds, latencies, and
+    ``meter``'s CPU per cycle over the timed part)."""
     latencies = Latencies()
     done = 0
 
@@ -201,9 +211,12 @@ async def mcp_round(
             task.cancel()
         failures = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
         raise RuntimeError(f"MCP sessions did not open: {failures[:1] or 'timed out'}")
+    if meter is not None:
+        meter.start()
     started = time.perf_counter()
     await asyncio.gather(*tasks)
-    return done, time.perf_counter() - started, latencies
+    wall = time.perf_counter() - started
+    return done, wall, latencies, meter.per(done, "cycle") if meter is not None else {}
 
 
 async def mcp_rounds(
@@ -245,10 +258,11 @@ async def mcp_rounds(
                 finally:
                     await loader.db.dispose()
                 first += cycles
-                done, wall, latencies = await mcp_round(
-                    server.base_url, tenant.endpoint_token, n, cycles, seconds, batch
+                meter = CpuMeter(server.process.pid, database=bench_db.engine == "postgresql")
+                done, wall, latencies, cpu = await mcp_round(
+                    server.base_url, tenant.endpoint_token, n, cycles, seconds, batch, meter
                 )
-                report_round(report, bench_db.engine, queue, n, done, wall, latencies)
+                report_round(report, bench_db.engine, queue, n, done, wall, latencies, cpu)
 
 
 async def bare_mcp_rounds(
@@ -260,8 +274,11 @@ async def bare_mcp_rounds(
         await mcp_round(server.base_url, "bare", 1, WARM_UP, 30, 1)
         for batch in (1, BATCH):
             for n in claimers:
-                done, wall, latencies = await mcp_round(server.base_url, "bare", n, cycles, seconds, batch)
-                report_round(report, "none", label("bare MCP SDK", batch), n, done, wall, latencies)
+                meter = CpuMeter(server.process.pid)
+                done, wall, latencies, cpu = await mcp_round(
+                    server.base_url, "bare", n, cycles, seconds, batch, meter
+                )
+                report_round(report, "none", label("bare MCP SDK", batch), n, done, wall, latencies, cpu)
 
 
 async def pgqueuer_rounds(

@@ -28,8 +28,6 @@ Switchboard row far below the bare row of its own driver is not limited by its s
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -55,41 +53,13 @@ from bench.common import (
     run,
     server_process,
 )
+from bench.cpu import cpu_seconds
 from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
 from switchboard.db import Database
 from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
 
 CEILING = "bare aiohttp"
-# Clock ticks per second of /proc/<pid>/stat's times.
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_seconds(pid: int) -> float | None:
-    try:
-        # The fields after the command name, which is in parentheses and may hold spaces.
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    # The process, or a thread of it, may end while being read: what was found so far stands.
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time so far of process ``pid`` (all its threads) and of its live child
-    processes (the routing rules' workers), or None off Linux."""
-    own = _own_cpu_seconds(pid)
-    if own is None:
-        return None
-    return own + sum(_own_cpu_seconds(child) or 0.0 for child in _children(pid))
 
 
 def cpu_per_answer(pid: int, before: float | None, answers: int) -> dict[str, float]:

@@ -155,12 +155,34 @@ def claim_section(rows: list[dict[str, Any]]) -> list[str]:
                     f"{r.get('cycle_p99_ms', 0):.1f} ms)"
                 )
         body.append(line)
-    return [
+    out = [
         "\n### Claim cycles (`claim_next` + `complete`) per second\n",
         table(["path", *(f"{n} claimer{'s' if n > 1 else ''}" for n in claimers)], body),
         "\nEach cell: cycles/s (p50 / p99 of one cycle; in the max/batch 10 rows a cycle's time is its "
         "batch's time over the todos it brought).",
     ]
+    metered = [r for r in rows if r.get("server_cpu_ms_per_cycle") is not None]
+    if metered:
+        out += [
+            "\n#### CPU per cycle over MCP (ms)\n",
+            table(
+                ["path", "claimers", "cycles/s", "server", "clients (the SDK sessions)", "PostgreSQL"],
+                [
+                    [
+                        name(r["engine"], r["queue"]),
+                        r["claimers"],
+                        f"{r['cycles_per_second']:,.0f}",
+                        r.get("server_cpu_ms_per_cycle"),
+                        r.get("client_cpu_ms_per_cycle"),
+                        r.get("database_cpu_ms_per_cycle"),
+                    ]
+                    for r in metered
+                ],
+            ),
+            "\nThe server, the clients and the database share the machine's cores: a rate is a share "
+            "of them, the CPU per cycle is what each side spends.",
+        ]
+    return out
 
 
 def crash_section(rows: list[dict[str, Any]]) -> list[str]:
