@@ -49,7 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
 
 from switchboard import config_changes
-from switchboard.db import Database, utcnow
+from switchboard.db import Database, SQLiteRun, utcnow
 from switchboard.models import Endpoint, Route, Webhook
 from switchboard.tenancy import endpoint_is_live
 
@@ -149,20 +149,50 @@ _WEBHOOKS = cast(Table, Webhook.__table__)
 _ENDPOINTS = cast(Table, Endpoint.__table__)
 _ROUTES = cast(Table, Route.__table__)
 _IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
-_OWNED = (
-    select(_WEBHOOKS, _ENDPOINTS)
-    .join_from(_WEBHOOKS, _ENDPOINTS, _ENDPOINTS.c.id == _WEBHOOKS.c.endpoint_id)
-    .where(_WEBHOOKS.c.id.in_(_IDS))
-    .order_by(_WEBHOOKS.c.id)
-    .with_for_update(read=True)
-)
-_ROUTED = (
-    select(_ROUTES.c.webhook_id, _ENDPOINTS)
-    .join_from(_ROUTES, _ENDPOINTS, _ENDPOINTS.c.id == _ROUTES.c.endpoint_id)
-    .where(_ROUTES.c.webhook_id.in_(_IDS))
-    .order_by(_ROUTES.c.webhook_id, _ROUTES.c.created_at, _ROUTES.c.id)
-    .with_for_update(read=True)
-)
+
+
+def _owned(webhooks: Any) -> Select[Any]:
+    """Each of ``webhooks``' row with its owner endpoint's."""
+    return (
+        select(_WEBHOOKS, _ENDPOINTS)
+        .join_from(_WEBHOOKS, _ENDPOINTS, _ENDPOINTS.c.id == _WEBHOOKS.c.endpoint_id)
+        .where(webhooks)
+        .order_by(_WEBHOOKS.c.id)
+        .with_for_update(read=True)
+    )
+
+
+def _routed(webhooks: Any) -> Select[Any]:
+    """The endpoints ``webhooks`` route to, by webhook, in the order the routes were added."""
+    return (
+        select(_ROUTES.c.webhook_id, _ENDPOINTS)
+        .join_from(_ROUTES, _ENDPOINTS, _ENDPOINTS.c.id == _ROUTES.c.endpoint_id)
+        .where(webhooks)
+        .order_by(_ROUTES.c.webhook_id, _ROUTES.c.created_at, _ROUTES.c.id)
+        .with_for_update(read=True)
+    )
+
+
+_OWNED = _owned(_WEBHOOKS.c.id.in_(_IDS))
+_ROUTED = _routed(_ROUTES.c.webhook_id.in_(_IDS))
+# SQLite's writer thread runs statements with plain placeholders (no expanding IN): one webhook each.
+_OWNED_ONE = _owned(_WEBHOOKS.c.id == bindparam("id"))
+_ROUTED_ONE = _routed(_ROUTES.c.webhook_id == bindparam("id"))
+
+
+def sqlite_current_stamps(run: SQLiteRun, webhook_ids: Iterable[str]) -> dict[str, tuple[Any, ...]]:
+    """``current_stamps`` on SQLite's writer thread, inside its write transaction
+    (``Database.run_sqlite``): two statements per webhook, each a call into SQLite, no hand-off."""
+    width = len(_WEBHOOKS.columns)
+    out: dict[str, tuple[Any, ...]] = {}
+    for webhook_id in sorted(set(webhook_ids)):
+        owned = run(_OWNED_ONE, {"id": webhook_id})
+        if not owned:
+            continue
+        row = owned[0]
+        routed = tuple(tuple(r[1:]) for r in run(_ROUTED_ONE, {"id": webhook_id}))
+        out[webhook_id] = (tuple(row[:width]), tuple(row[width:]), routed)
+    return out
 
 
 async def current_stamps(s: AsyncSession, webhook_ids: Iterable[str]) -> dict[str, tuple[Any, ...]]:

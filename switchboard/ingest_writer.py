@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from sqlalchemy import Insert, Table, and_, or_, select, text, update
+from sqlalchemy import Insert, Table, and_, bindparam, literal_column, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.db import is_unavailable, utcnow
-from switchboard.ingest_config import WebhookConfig, current_stamps
+from switchboard.db import SQLiteRun, is_unavailable, utcnow
+from switchboard.ingest_config import WebhookConfig, current_stamps, sqlite_current_stamps
 from switchboard.models import Event, Todo
 from switchboard.services import Services
 
@@ -54,7 +55,6 @@ TODOS = cast(Table, Todo.__table__)
 # Built once: an event that hits a unique key is skipped, and only the ids that went in come back.
 _SQLITE_NEW_EVENTS = sqlite.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
 _PG_NEW_EVENTS = postgresql.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
-_SQLITE_INSERTS = {TODOS.name: sqlite.insert(TODOS)}
 _PG_INSERTS = {TODOS.name: postgresql.insert(TODOS)}
 # ``once`` todos: skipped when an open todo holds the same (endpoint, queue, key); the partial
 # unique index is named by its columns and predicate, the only way ON CONFLICT can infer it.
@@ -69,6 +69,41 @@ _PG_ONCE = (
     postgresql.insert(TODOS)
     .on_conflict_do_nothing(index_elements=_ONCE_COLUMNS, index_where=_ONCE_WHERE)
     .returning(TODOS.c.id)
+)
+_OPEN_STATES = ("pending", "claimed")
+
+
+def _one_row(statement: Insert, table: Table, keys: tuple[str, ...]) -> Insert:
+    """``statement`` for one row of ``keys``, each a placeholder typed as its column (the direct
+    runners bind by name, through the column's own bind processor)."""
+    return statement.values({key: bindparam(key, type_=table.c[key].type) for key in keys})
+
+
+@functools.cache
+def _sqlite_event_insert(keys: tuple[str, ...]) -> Insert:
+    """SQLite: one event of ``keys``, skipped on a unique-key hit, RETURNING its id. Built once per
+    column set (every event row ingest writes sets the same columns; so does every todo row)."""
+    return _one_row(_SQLITE_NEW_EVENTS, EVENTS, keys)
+
+
+@functools.cache
+def _sqlite_todo_inserts(keys: tuple[str, ...]) -> tuple[Insert, Insert]:
+    """SQLite: one todo of ``keys``: (the plain insert, the ``once`` insert RETURNING its id)."""
+    return _one_row(sqlite.insert(TODOS), TODOS, keys), _one_row(_SQLITE_ONCE, TODOS, keys)
+
+
+_SQLITE_HOLDER = select(TODOS.c.id).where(
+    TODOS.c.endpoint_id == bindparam("endpoint_id"),
+    TODOS.c.queue == bindparam("queue"),
+    TODOS.c.once_key == bindparam("once_key"),
+    # Literal SQL: a list of values would compile to an expanding parameter, which the direct
+    # runner does not take.
+    TODOS.c.state.in_([literal_column(f"'{state}'") for state in _OPEN_STATES]),
+)
+_SQLITE_TRACE = (
+    update(EVENTS)
+    .where(EVENTS.c.id == bindparam("event_id"))
+    .values(routing=bindparam("routing", type_=EVENTS.c.routing.type))
 )
 
 
@@ -199,42 +234,30 @@ class IngestWriter:
         await self._ring([p.rows for p, s in zip(batch, statuses, strict=True) if s == "stored"], folded)
 
     async def _transaction(self, batch: Sequence[Rows]) -> tuple[list[Status], dict[str, str | None]]:
-        statuses: list[Status] = ["stale"] * len(batch)
+        db = self.services.db
+        if db.is_sqlite:
+            # The whole transaction in one hand-off to the writer's thread (db.run_sqlite), as
+            # claims and replies: through SQLAlchemy each statement, fetch, BEGIN and COMMIT of a
+            # batch was its own trip between the event loop and aiosqlite's thread.
+            return await db.run_sqlite(functools.partial(_sqlite_transaction, batch))
         folded: dict[str, str | None] = {}
-        async with self.services.db.write() as session:
-            now = utcnow()
+        async with db.write() as session:
             current = await current_stamps(session, (rows.config.id for rows in batch))
-            keep: list[int] = []
-            for n, rows in enumerate(batch):
-                if current.get(rows.config.id) != rows.config.stamp:
-                    continue
-                # The same rows: their live targets now (an endpoint may have expired since).
-                if tuple(t.endpoint_id for t in rows.config.targets(now)) != rows.target_ids:
-                    continue
-                keep.append(n)
+            keep = _unchanged(batch, current)
             if not keep:
-                return statuses, folded
-            keep.sort(key=lambda n: batch[n].sort_key)
+                return _statuses(batch, keep, set()), folded
             conn = await session.connection()
             inserted = await self._insert_events(conn, [batch[n].event for n in keep])
-            todos = [todo for n in keep if batch[n].event["id"] in inserted for todo in batch[n].todos]
-            plain = [todo for todo in todos if todo.get("once_key") is None]
+            plain, once = _new_todos(batch, keep, inserted)
             if plain:
-                await conn.execute(self._insert(TODOS), plain)
-            once = [todo for todo in todos if todo.get("once_key") is not None]
+                await conn.execute(_PG_INSERTS[TODOS.name], plain)
             if once:
                 folded = await self._insert_once(conn, once, [batch[n] for n in keep])
-            for n in keep:
-                statuses[n] = "stored" if batch[n].event["id"] in inserted else "duplicate"
-        return statuses, folded
-
-    def _insert(self, table: Table) -> Insert:
-        return (_SQLITE_INSERTS if self.services.db.is_sqlite else _PG_INSERTS)[table.name]
+        return _statuses(batch, keep, inserted), folded
 
     async def _insert_events(self, conn: AsyncConnection, events: list[dict[str, Any]]) -> set[str]:
         """Insert the events, skipping any that hit a unique key; the ids that went in."""
-        statement = _SQLITE_NEW_EVENTS if self.services.db.is_sqlite else _PG_NEW_EVENTS
-        return {str(event_id) for event_id in (await conn.execute(statement, events)).scalars()}
+        return {str(event_id) for event_id in (await conn.execute(_PG_NEW_EVENTS, events)).scalars()}
 
     async def _insert_once(
         self, conn: AsyncConnection, once: list[dict[str, Any]], kept: list[Rows]
@@ -242,20 +265,19 @@ class IngestWriter:
         """Insert the ``once`` todos, skipping those an open todo already holds the key of; for
         each skipped one, the open todo's id (by the skipped todo's id), also written into its
         event's routing trace (docs/routing.md, "The routing trace")."""
-        statement = _SQLITE_ONCE if self.services.db.is_sqlite else _PG_ONCE
-        went = {str(todo_id) for todo_id in (await conn.execute(statement, once)).scalars()}
+        went = {str(todo_id) for todo_id in (await conn.execute(_PG_ONCE, once)).scalars()}
         skipped = [todo for todo in once if str(todo["id"]) not in went]
         if not skipped:
             return {}
-        keys = [(t["endpoint_id"], t["queue"], t["once_key"]) for t in skipped]
+        keys = [_once_key(t) for t in skipped]
         open_now = await conn.execute(
             select(TODOS.c.id, TODOS.c.endpoint_id, TODOS.c.queue, TODOS.c.once_key).where(
-                TODOS.c.state.in_(("pending", "claimed")),
+                TODOS.c.state.in_(_OPEN_STATES),
                 or_(*(and_(*(c == v for c, v in zip(_ONCE_COLUMNS, key, strict=True))) for key in keys)),
             )
         )
         holder = {(row.endpoint_id, row.queue, row.once_key): str(row.id) for row in open_now}
-        folded = {str(t["id"]): holder.get((t["endpoint_id"], t["queue"], t["once_key"])) for t in skipped}
+        folded = {str(t["id"]): holder.get(_once_key(t)) for t in skipped}
         for rows in kept:
             trace = _folded_trace(rows, folded)
             if trace is not None:
@@ -285,6 +307,66 @@ class IngestWriter:
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_result(pending.result or Result("failed"))
+
+
+def _unchanged(batch: Sequence[Rows], current: dict[str, tuple[Any, ...]]) -> list[int]:
+    """The indexes of the deliveries whose configuration is as they were decided on (the rest are
+    ``stale``), in the order every writer inserts them."""
+    now = utcnow()
+    keep = [
+        n
+        for n, rows in enumerate(batch)
+        if current.get(rows.config.id) == rows.config.stamp
+        # The same rows: their live targets now (an endpoint may have expired since).
+        and tuple(t.endpoint_id for t in rows.config.targets(now)) == rows.target_ids
+    ]
+    return sorted(keep, key=lambda n: batch[n].sort_key)
+
+
+def _new_todos(
+    batch: Sequence[Rows], keep: list[int], inserted: set[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The todos of the events that went in: (plain ones, ``once`` ones)."""
+    todos = [todo for n in keep if batch[n].event["id"] in inserted for todo in batch[n].todos]
+    return [t for t in todos if t.get("once_key") is None], [
+        t for t in todos if t.get("once_key") is not None
+    ]
+
+
+def _statuses(batch: Sequence[Rows], keep: list[int], inserted: set[str]) -> list[Status]:
+    statuses: list[Status] = ["stale"] * len(batch)
+    for n in keep:
+        statuses[n] = "stored" if batch[n].event["id"] in inserted else "duplicate"
+    return statuses
+
+
+def _once_key(todo: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (todo["endpoint_id"], todo["queue"], todo["once_key"])
+
+
+def _sqlite_transaction(batch: Sequence[Rows], run: SQLiteRun) -> tuple[list[Status], dict[str, str | None]]:
+    """``_transaction`` on SQLite's writer thread, inside its write transaction (db.run_sqlite): the
+    same statements one row at a time (each is a call into SQLite in this thread, no hand-off)."""
+    keep = _unchanged(batch, sqlite_current_stamps(run, (rows.config.id for rows in batch)))
+    inserted: set[str] = set()
+    for n in keep:
+        event = batch[n].event
+        inserted.update(str(row.id) for row in run(_sqlite_event_insert(tuple(event)), event))
+    plain, once = _new_todos(batch, keep, inserted)
+    for todo in plain:
+        run(_sqlite_todo_inserts(tuple(todo))[0], todo)
+    folded: dict[str, str | None] = {}
+    for todo in once:
+        if not run(_sqlite_todo_inserts(tuple(todo))[1], todo):
+            endpoint_id, queue, once_key = _once_key(todo)
+            held = run(_SQLITE_HOLDER, {"endpoint_id": endpoint_id, "queue": queue, "once_key": once_key})
+            folded[str(todo["id"])] = str(held[0].id) if held else None
+    if folded:
+        for n in keep:
+            trace = _folded_trace(batch[n], folded)
+            if trace is not None:
+                run(_SQLITE_TRACE, {"event_id": batch[n].event["id"], "routing": trace})
+    return _statuses(batch, keep, inserted), folded
 
 
 def _folded_trace(rows: Rows, folded: dict[str, str | None]) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from switchboard import ingest, tenancy
 from switchboard.db import Database
@@ -308,3 +308,37 @@ async def test_two_processes_storing_the_same_delivery_store_it_once(
     assert await counts(services) == (1, 1)
     for server in servers:
         server.check_log()
+
+
+@pytest.mark.skipif(engine_name() != "sqlite", reason="SQLite's writer thread")
+async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    gate = Gate(monkeypatch)
+    direct: list[str] = []
+    through_sqlalchemy: list[str] = []
+
+    def tap(sql: str, _args: Any) -> None:
+        direct.append(" ".join(sql.split()[:3]).upper())
+
+    def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        through_sqlalchemy.append(sql)
+
+    db = services.db
+    db.statement_taps.append(tap)
+    event.listen(db.write_engine.sync_engine, "before_cursor_execute", grab)
+    try:
+        first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
+    finally:
+        db.statement_taps.remove(tap)
+        event.remove(db.write_engine.sync_engine, "before_cursor_execute", grab)
+    assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
+    # Two batches (the held first delivery, then the five): per batch the webhook's configuration
+    # (its row, its routes), then the events and the todos, a statement each, all on the writer's
+    # thread.
+    reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.ENDPOINT_ID,", "SELECT ROUTES.WEBHOOK_ID, ENDPOINTS.ID,"]
+    first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
+    assert direct == first_batch + reads + ["INSERT INTO EVENTS"] * 5 + ["INSERT INTO TODOS"] * 5
+    assert through_sqlalchemy == []
+    assert await counts(services) == (6, 6)
