@@ -32,6 +32,7 @@ connection). Same SQL, same type processing, same writer turn; a fraction of the
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -54,7 +55,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
-from switchboard.direct import Combiner, Outcome, Prepared
+from switchboard.direct import Combiner, Outcome, Prepared, Steps, drive, drive_async
 
 # The runners' types, exported here too: callers of run_sqlite/run_postgresql name them with db.
 from switchboard.direct import PostgreSQLRun as PostgreSQLRun
@@ -432,6 +433,15 @@ class Database:
                 # The pool's check-in is synchronous code that may await the driver (closing an
                 # overflow connection), so it runs under greenlet_spawn, as AsyncConnection's does.
                 await greenlet_spawn(pooled.invalidate if unusable else pooled.close)
+
+    async def run_steps(self, steps: Steps[T], *, transaction: bool) -> T:
+        """Run ``steps`` (``switchboard.direct.Steps``) as one write on the driver directly: on
+        SQLite the whole transaction in one hand-off to the writer's thread (``run_sqlite``), on
+        PostgreSQL its statements on one asyncpg connection (``run_postgresql``), in one transaction
+        when ``transaction``, each in autocommit otherwise."""
+        if self.is_sqlite:
+            return await self.run_sqlite(functools.partial(drive, steps=steps))
+        return await self.run_postgresql(functools.partial(drive_async, steps=steps), transaction=transaction)
 
     async def ping(self, timeout: float = 2.0) -> None:
         try:

@@ -3,7 +3,10 @@
 ``Prepared``: a SQLAlchemy Core statement compiled once for one engine, run on the driver's own
 connection with SQLAlchemy's own type processing. ``Combiner``: calls that arrive while an equal
 call is running wait, and then run together as one batch (one hand-off to SQLite's writer thread;
-one statement for many claims on PostgreSQL).
+one statement for many claims on PostgreSQL). ``Steps``: the logic of one write written once, as a
+generator of (statement, values) that receives each statement's rows, so the same code runs
+synchronously on SQLite's writer thread (``drive``) and asynchronously on asyncpg (``drive_async``)
+or a SQLAlchemy connection (``on``); ``Database.run_steps`` picks the runner.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections import namedtuple
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 K = TypeVar("K", bound=Hashable)
@@ -26,6 +30,14 @@ SQLiteRun = Callable[[ClauseElement, Mapping[str, Any]], list[Any]]
 PostgreSQLRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[list[Any]]]
 # One call's outcome in a batch: (True, its result) or (False, the exception it raises).
 Outcome = tuple[bool, Any]
+T_ = TypeVar("T_")
+# A statement and its values: what a write's logic yields for its engine's runner to execute.
+Step = tuple[ClauseElement, dict[str, Any]]
+# The rows a step answers, read by attribute (SQLAlchemy Rows, or a direct runner's named tuples).
+Rows = Sequence[Any]
+# The logic of one write, written once as a generator of statements and driven by a runner.
+Steps = Generator[Step, Rows, T_]
+AsyncRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[Rows]]
 # The namedtuple factory, typed loosely: a row's fields are known only once a statement is compiled.
 _row_type: Callable[..., Any] = namedtuple
 
@@ -167,3 +179,41 @@ class Combiner(Generic[K, R]):
                 answer.cancel()
             else:
                 answer.set_exception(exc)
+
+
+def drive(run: SQLiteRun, steps: Steps[T_]) -> T_:
+    """Drive ``steps`` with a synchronous runner (``Database.run_sqlite``'s, on the writer's thread):
+    each statement it yields runs, and its rows go back to it."""
+    try:
+        statement, values = next(steps)
+        while True:
+            statement, values = steps.send(run(statement, values))
+    except StopIteration as done:
+        return cast(T_, done.value)
+    finally:
+        steps.close()
+
+
+async def drive_async(run: AsyncRun, steps: Steps[T_]) -> T_:
+    """Drive ``steps`` with an asynchronous runner (``Database.run_postgresql``'s, or ``on`` a
+    SQLAlchemy connection)."""
+    try:
+        statement, values = next(steps)
+        while True:
+            statement, values = steps.send(await run(statement, values))
+    except StopIteration as done:
+        return cast(T_, done.value)
+    finally:
+        steps.close()
+
+
+def on(conn: AsyncConnection) -> AsyncRun:
+    """A runner over a SQLAlchemy connection (the reads of a reply's rare paths)."""
+
+    async def run(statement: ClauseElement, values: Mapping[str, Any]) -> Rows:
+        # Every statement here is a Select, Insert or Update (executable); Step types them by the
+        # base the direct runners take.
+        result = await conn.execute(cast(Executable, statement), dict(values))
+        return result.all() if result.returns_rows else []
+
+    return run

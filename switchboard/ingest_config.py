@@ -43,13 +43,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import BindParameter, Select, Table, bindparam, inspect, select
+from sqlalchemy import Select, String, Table, any_, bindparam, inspect, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
 
 from switchboard import config_changes
-from switchboard.db import Database, SQLiteRun, utcnow
+from switchboard.db import Database, utcnow
+from switchboard.direct import Steps
 from switchboard.models import Endpoint, Route, Webhook
 from switchboard.tenancy import endpoint_is_live
 
@@ -148,7 +150,6 @@ async def config_by_token_hash(s: AsyncSession, ingest_token_hash: str) -> Webho
 _WEBHOOKS = cast(Table, Webhook.__table__)
 _ENDPOINTS = cast(Table, Endpoint.__table__)
 _ROUTES = cast(Table, Route.__table__)
-_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
 
 
 def _owned(webhooks: Any) -> Select[Any]:
@@ -173,44 +174,34 @@ def _routed(webhooks: Any) -> Select[Any]:
     )
 
 
-_OWNED = _owned(_WEBHOOKS.c.id.in_(_IDS))
-_ROUTED = _routed(_ROUTES.c.webhook_id.in_(_IDS))
-# SQLite's writer thread runs statements with plain placeholders (no expanding IN): one webhook each.
+# SQLite: one webhook per statement (its driver takes no arrays); a batch names one or a few.
 _OWNED_ONE = _owned(_WEBHOOKS.c.id == bindparam("id"))
 _ROUTED_ONE = _routed(_ROUTES.c.webhook_id == bindparam("id"))
+# PostgreSQL: every webhook of the batch in one statement each, as an array (a fixed statement text).
+_OWNED_ANY = _owned(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
+_ROUTED_ANY = _routed(_ROUTES.c.webhook_id == any_(bindparam("ids", type_=ARRAY(String))))
 
 
-def sqlite_current_stamps(run: SQLiteRun, webhook_ids: Iterable[str]) -> dict[str, tuple[Any, ...]]:
-    """``current_stamps`` on SQLite's writer thread, inside its write transaction
-    (``Database.run_sqlite``): two statements per webhook, each a call into SQLite, no hand-off."""
-    width = len(_WEBHOOKS.columns)
-    out: dict[str, tuple[Any, ...]] = {}
-    for webhook_id in sorted(set(webhook_ids)):
-        owned = run(_OWNED_ONE, {"id": webhook_id})
-        if not owned:
-            continue
-        row = owned[0]
-        routed = tuple(tuple(r[1:]) for r in run(_ROUTED_ONE, {"id": webhook_id}))
-        out[webhook_id] = (tuple(row[:width]), tuple(row[width:]), routed)
-    return out
-
-
-async def current_stamps(s: AsyncSession, webhook_ids: Iterable[str]) -> dict[str, tuple[Any, ...]]:
+def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, tuple[Any, ...]]]:
     """The stamps of these webhooks' configurations as they are now, share-locked, by webhook id
-    (absent: deleted). Two statements, whatever the number of webhooks."""
+    (absent: deleted), as steps of the ingest writer's transaction (``Database.run_steps``): two
+    statements on PostgreSQL, two per webhook on SQLite (calls into SQLite on its writer's thread)."""
     ids = sorted(set(webhook_ids))
     width = len(_WEBHOOKS.columns)
-    owned = {
-        row[0]: (tuple(row[:width]), tuple(row[width:])) for row in await s.execute(_OWNED, {"ids": ids})
-    }
-    if not owned:
-        return {}
-    routed: dict[str, list[tuple[Any, ...]]] = {}
-    for row in await s.execute(_ROUTED, {"ids": list(owned)}):
-        routed.setdefault(row[0], []).append(tuple(row[1:]))
+    owned: list[Any] = []
+    routed: list[Any] = []
+    if dialect == "sqlite":
+        for webhook_id in ids:
+            owned += yield _OWNED_ONE, {"id": webhook_id}
+            routed += yield _ROUTED_ONE, {"id": webhook_id}
+    else:
+        owned = list((yield _OWNED_ANY, {"ids": ids}))
+        routed = list((yield _ROUTED_ANY, {"ids": ids}))
+    by_webhook: dict[str, list[tuple[Any, ...]]] = {}
+    for row in routed:
+        by_webhook.setdefault(row[0], []).append(tuple(row[1:]))
     return {
-        webhook_id: (webhook, owner, tuple(routed.get(webhook_id, ())))
-        for webhook_id, (webhook, owner) in owned.items()
+        row[0]: (tuple(row[:width]), tuple(row[width:]), tuple(by_webhook.get(row[0], ()))) for row in owned
     }
 
 

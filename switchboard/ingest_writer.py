@@ -6,12 +6,16 @@ while its previous commit ran (at most ``MAX_BATCH`` deliveries) in one transact
 
 1. the batch's webhook configurations, read again (share-locked on PostgreSQL): a delivery decided
    on a configuration that has changed since is answered ``stale`` and decided again;
-2. every event in one ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: an event that hits a unique
-   key (a delivery already stored, by this batch or before) is a ``duplicate``;
-3. the todos of the events that went in, in one multi-row ``INSERT``; those with a ``once`` key
-   (docs/routing.md, "Actions") in a second one that skips a todo whose endpoint, queue and key an
-   open todo already holds (``uq_todos_once``): that delivery's event trace is updated, in the same
-   transaction, to name the open todo it was folded into.
+2. the events, ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: an event that hits a unique key (a
+   delivery already stored, by this batch or before) is a ``duplicate``;
+3. the todos of the events that went in; those with a ``once`` key (docs/routing.md, "Actions")
+   apart, skipping a todo whose endpoint, queue and key an open todo already holds
+   (``uq_todos_once``): that delivery's event trace is updated, in the same transaction, to name
+   the open todo it was folded into.
+
+The transaction runs on the driver directly (``Database.run_steps``): on PostgreSQL each table's
+rows go in one statement (from arrays), so a batch is a handful of statements whatever its size; on
+SQLite the whole transaction is one hand-off to the writer's thread, a statement per row there.
 
 Then the doorbell hears of the new todos (once per batch; never of a held one) and every request
 is answered. A batch
@@ -35,12 +39,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from sqlalchemy import Insert, Table, and_, bindparam, literal_column, or_, select, text, update
+from sqlalchemy import Insert, Table, bindparam, column, func, literal_column, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.dialects.postgresql import ARRAY
 
-from switchboard.db import SQLiteRun, is_unavailable, utcnow
-from switchboard.ingest_config import WebhookConfig, current_stamps, sqlite_current_stamps
+from switchboard.db import is_unavailable, utcnow
+from switchboard.direct import Rows as StatementRows
+from switchboard.direct import Steps
+from switchboard.ingest_config import WebhookConfig, current_stamps
 from switchboard.models import Event, Todo
 from switchboard.services import Services
 
@@ -54,19 +60,12 @@ EVENTS = cast(Table, Event.__table__)
 TODOS = cast(Table, Todo.__table__)
 # Built once: an event that hits a unique key is skipped, and only the ids that went in come back.
 _SQLITE_NEW_EVENTS = sqlite.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
-_PG_NEW_EVENTS = postgresql.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
-_PG_INSERTS = {TODOS.name: postgresql.insert(TODOS)}
 # ``once`` todos: skipped when an open todo holds the same (endpoint, queue, key); the partial
 # unique index is named by its columns and predicate, the only way ON CONFLICT can infer it.
 _ONCE_COLUMNS = [TODOS.c.endpoint_id, TODOS.c.queue, TODOS.c.once_key]
 _ONCE_WHERE = text("once_key IS NOT NULL AND state IN ('pending', 'claimed')")
 _SQLITE_ONCE = (
     sqlite.insert(TODOS)
-    .on_conflict_do_nothing(index_elements=_ONCE_COLUMNS, index_where=_ONCE_WHERE)
-    .returning(TODOS.c.id)
-)
-_PG_ONCE = (
-    postgresql.insert(TODOS)
     .on_conflict_do_nothing(index_elements=_ONCE_COLUMNS, index_where=_ONCE_WHERE)
     .returning(TODOS.c.id)
 )
@@ -92,7 +91,8 @@ def _sqlite_todo_inserts(keys: tuple[str, ...]) -> tuple[Insert, Insert]:
     return _one_row(sqlite.insert(TODOS), TODOS, keys), _one_row(_SQLITE_ONCE, TODOS, keys)
 
 
-_SQLITE_HOLDER = select(TODOS.c.id).where(
+# The open todo holding a ``once`` key (rare: a folded delivery), and its event's trace updated.
+_HOLDER = select(TODOS.c.id).where(
     TODOS.c.endpoint_id == bindparam("endpoint_id"),
     TODOS.c.queue == bindparam("queue"),
     TODOS.c.once_key == bindparam("once_key"),
@@ -100,7 +100,7 @@ _SQLITE_HOLDER = select(TODOS.c.id).where(
     # runner does not take.
     TODOS.c.state.in_([literal_column(f"'{state}'") for state in _OPEN_STATES]),
 )
-_SQLITE_TRACE = (
+_TRACE = (
     update(EVENTS)
     .where(EVENTS.c.id == bindparam("event_id"))
     .values(routing=bindparam("routing", type_=EVENTS.c.routing.type))
@@ -234,57 +234,10 @@ class IngestWriter:
         await self._ring([p.rows for p, s in zip(batch, statuses, strict=True) if s == "stored"], folded)
 
     async def _transaction(self, batch: Sequence[Rows]) -> tuple[list[Status], dict[str, str | None]]:
+        # One write on the driver directly: on SQLite the whole transaction in one hand-off to the
+        # writer's thread; on PostgreSQL one asyncpg transaction of a few statements.
         db = self.services.db
-        if db.is_sqlite:
-            # The whole transaction in one hand-off to the writer's thread (db.run_sqlite), as
-            # claims and replies: through SQLAlchemy each statement, fetch, BEGIN and COMMIT of a
-            # batch was its own trip between the event loop and aiosqlite's thread.
-            return await db.run_sqlite(functools.partial(_sqlite_transaction, batch))
-        folded: dict[str, str | None] = {}
-        async with db.write() as session:
-            current = await current_stamps(session, (rows.config.id for rows in batch))
-            keep = _unchanged(batch, current)
-            if not keep:
-                return _statuses(batch, keep, set()), folded
-            conn = await session.connection()
-            inserted = await self._insert_events(conn, [batch[n].event for n in keep])
-            plain, once = _new_todos(batch, keep, inserted)
-            if plain:
-                await conn.execute(_PG_INSERTS[TODOS.name], plain)
-            if once:
-                folded = await self._insert_once(conn, once, [batch[n] for n in keep])
-        return _statuses(batch, keep, inserted), folded
-
-    async def _insert_events(self, conn: AsyncConnection, events: list[dict[str, Any]]) -> set[str]:
-        """Insert the events, skipping any that hit a unique key; the ids that went in."""
-        return {str(event_id) for event_id in (await conn.execute(_PG_NEW_EVENTS, events)).scalars()}
-
-    async def _insert_once(
-        self, conn: AsyncConnection, once: list[dict[str, Any]], kept: list[Rows]
-    ) -> dict[str, str | None]:
-        """Insert the ``once`` todos, skipping those an open todo already holds the key of; for
-        each skipped one, the open todo's id (by the skipped todo's id), also written into its
-        event's routing trace (docs/routing.md, "The routing trace")."""
-        went = {str(todo_id) for todo_id in (await conn.execute(_PG_ONCE, once)).scalars()}
-        skipped = [todo for todo in once if str(todo["id"]) not in went]
-        if not skipped:
-            return {}
-        keys = [_once_key(t) for t in skipped]
-        open_now = await conn.execute(
-            select(TODOS.c.id, TODOS.c.endpoint_id, TODOS.c.queue, TODOS.c.once_key).where(
-                TODOS.c.state.in_(_OPEN_STATES),
-                or_(*(and_(*(c == v for c, v in zip(_ONCE_COLUMNS, key, strict=True))) for key in keys)),
-            )
-        )
-        holder = {(row.endpoint_id, row.queue, row.once_key): str(row.id) for row in open_now}
-        folded = {str(t["id"]): holder.get(_once_key(t)) for t in skipped}
-        for rows in kept:
-            trace = _folded_trace(rows, folded)
-            if trace is not None:
-                await conn.execute(
-                    update(EVENTS).where(EVENTS.c.id == rows.event["id"]).values(routing=trace)
-                )
-        return folded
+        return await db.run_steps(_transaction(batch, db.dialect), transaction=True)
 
     async def _ring(self, stored: list[Rows], folded: dict[str, str | None]) -> None:
         """After the commit: count the new todos and ring the doorbell for them, once per batch.
@@ -344,29 +297,77 @@ def _once_key(todo: dict[str, Any]) -> tuple[Any, Any, Any]:
     return (todo["endpoint_id"], todo["queue"], todo["once_key"])
 
 
-def _sqlite_transaction(batch: Sequence[Rows], run: SQLiteRun) -> tuple[list[Status], dict[str, str | None]]:
-    """``_transaction`` on SQLite's writer thread, inside its write transaction (db.run_sqlite): the
-    same statements one row at a time (each is a call into SQLite in this thread, no hand-off)."""
-    keep = _unchanged(batch, sqlite_current_stamps(run, (rows.config.id for rows in batch)))
+def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status], dict[str, str | None]]]:
+    """The batch's transaction: the configurations re-read, the events, their todos, and the
+    ``once`` todos folded into the open ones that hold their keys (see the module docstring).
+
+    PostgreSQL inserts each table's rows in one statement (``_pg_insert``, from arrays). SQLite
+    takes one row per statement: its driver has no arrays, and each statement is a call into SQLite
+    on the writer's thread, without a hand-off."""
+    sqlite = dialect == "sqlite"
+    keep = _unchanged(batch, (yield from current_stamps((rows.config.id for rows in batch), dialect)))
+    events = [batch[n].event for n in keep]
     inserted: set[str] = set()
-    for n in keep:
-        event = batch[n].event
-        inserted.update(str(row.id) for row in run(_sqlite_event_insert(tuple(event)), event))
+    if sqlite:
+        for event in events:
+            inserted.update(str(row.id) for row in (yield _sqlite_event_insert(tuple(event)), event))
+    elif events:
+        inserted.update(str(row.id) for row in (yield from _pg_insert(EVENTS.name, events)))
     plain, once = _new_todos(batch, keep, inserted)
-    for todo in plain:
-        run(_sqlite_todo_inserts(tuple(todo))[0], todo)
+    if sqlite:
+        for todo in plain:
+            yield _sqlite_todo_inserts(tuple(todo))[0], todo
+    elif plain:
+        yield from _pg_insert(TODOS.name, plain)
+    if not once:
+        return _statuses(batch, keep, inserted), {}
+    went: set[str] = set()
+    if sqlite:
+        for todo in once:
+            went.update(str(row.id) for row in (yield _sqlite_todo_inserts(tuple(todo))[1], todo))
+    else:
+        went.update(str(row.id) for row in (yield from _pg_insert(TODOS.name, once, once=True)))
     folded: dict[str, str | None] = {}
     for todo in once:
-        if not run(_sqlite_todo_inserts(tuple(todo))[1], todo):
+        if str(todo["id"]) not in went:
             endpoint_id, queue, once_key = _once_key(todo)
-            held = run(_SQLITE_HOLDER, {"endpoint_id": endpoint_id, "queue": queue, "once_key": once_key})
+            held = yield _HOLDER, {"endpoint_id": endpoint_id, "queue": queue, "once_key": once_key}
             folded[str(todo["id"])] = str(held[0].id) if held else None
-    if folded:
-        for n in keep:
-            trace = _folded_trace(batch[n], folded)
-            if trace is not None:
-                run(_SQLITE_TRACE, {"event_id": batch[n].event["id"], "routing": trace})
+    for n in keep:
+        trace = _folded_trace(batch[n], folded)
+        if trace is not None:
+            yield _TRACE, {"event_id": batch[n].event["id"], "routing": trace}
     return _statuses(batch, keep, inserted), folded
+
+
+def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = False) -> Steps[StatementRows]:
+    """PostgreSQL: ``rows`` (all with the same columns) in one statement, each column an array."""
+    keys = tuple(rows[0])
+    values = {f"a_{key}": [row[key] for row in rows] for key in keys}
+    return (yield _pg_rows_insert(table_name, keys, once), values)
+
+
+@functools.cache
+def _pg_rows_insert(table_name: str, keys: tuple[str, ...], once: bool) -> Insert:
+    """``INSERT INTO <table> (keys) SELECT … FROM unnest(<one array per key>) WITH ORDINALITY``, in
+    the arrays' order (the order every writer inserts in): events skip a unique-key hit and return
+    the ids that went in; ``once`` todos skip an open todo's key and return theirs."""
+    table = EVENTS if table_name == EVENTS.name else TODOS
+    given = (
+        func.unnest(*(bindparam(f"a_{key}", type_=ARRAY(table.c[key].type)) for key in keys))
+        .table_valued(*(column(key, table.c[key].type) for key in keys), with_ordinality="n")
+        .render_derived(name="given")
+    )
+    statement = postgresql.insert(table).from_select(
+        list(keys), select(*(given.c[key] for key in keys)).order_by(given.c.n)
+    )
+    if table is EVENTS:
+        return statement.on_conflict_do_nothing().returning(EVENTS.c.id)
+    if once:
+        return statement.on_conflict_do_nothing(
+            index_elements=_ONCE_COLUMNS, index_where=_ONCE_WHERE
+        ).returning(TODOS.c.id)
+    return statement
 
 
 def _folded_trace(rows: Rows, folded: dict[str, str | None]) -> dict[str, Any] | None:

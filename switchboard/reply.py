@@ -37,12 +37,13 @@ from switchboard import outbound, secretscan
 from switchboard import reply_statements as statements
 from switchboard.connections import open_secret
 from switchboard.db import utcnow
+from switchboard.direct import Steps, drive_async, on
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, token_hash
 from switchboard.models import Connection, Endpoint, Reply
 from switchboard.plugins import UnknownKind
 from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
-from switchboard.reply_statements import Candidate, Context, Recorded, Steps
+from switchboard.reply_statements import Candidate, Context, Recorded
 from switchboard.services import Services
 from switchboard.tenancy import Owner
 from switchboard.todos import reply_view
@@ -361,12 +362,12 @@ async def _prepare(
         # First without a transaction: two round trips, each committed by itself (the pending row's
         # is the commit that must land before the dial).
         steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=False)
-        prepared = await statements.write(db, steps, transaction=False)
+        prepared = await db.run_steps(steps, transaction=False)
         if prepared is not None:
             return prepared
     # One transaction: on PostgreSQL the todo's row lock lasts from the read to the insert.
     steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=True)
-    prepared = await statements.write(db, steps, transaction=True)
+    prepared = await db.run_steps(steps, transaction=True)
     if prepared is None:  # pragma: no cover - the locked path always decides
         raise RuntimeError("a locked reply answered nothing")
     return prepared
@@ -471,16 +472,15 @@ async def _finish(services: Services, ready: _Ready, result: PostResult) -> Reco
         "error_code": wrote.error_code,
         "updated_at": utcnow(),
     }
-    row = await statements.write(
-        services.db,
+    row = await services.db.run_steps(
         statements.record_outcome(services.db.dialect, ready.reply_id, values),
         transaction=False,
     )
     if row is None:
         # Already final, or gone with its todo: what the table says, else what the dial said.
         async with services.db.read() as s:
-            read = statements.on(await s.connection())
-            row = await statements.drive_async(read, statements.read_recorded(ready.reply_id))
+            read = on(await s.connection())
+            row = await drive_async(read, statements.read_recorded(ready.reply_id))
     return row or wrote
 
 
@@ -491,8 +491,8 @@ async def _await_outcome(services: Services, reply_id: str) -> Recorded:
     delay = 0.05
     while True:
         async with services.db.read() as s:
-            read = statements.on(await s.connection())
-            row = await statements.drive_async(read, statements.read_recorded(reply_id))
+            read = on(await s.connection())
+            row = await drive_async(read, statements.read_recorded(reply_id))
         if row is None:
             raise not_found(f"reply {reply_id!r}")
         if row.state != "pending" or loop.time() >= give_up:

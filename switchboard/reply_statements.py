@@ -26,20 +26,18 @@ it without sharing the todo's lock), and the caller decides from locked rows (``
 ``lock_bucket``, ``spend_locked``, ``insert_pending``).
 
 The logic of a write is written once, as a generator of (statement, values) steps that receives
-each statement's rows (``Steps``), so the same code runs synchronously on SQLite's writer thread
-(``drive`` under ``Database.run_sqlite``: the whole transaction in one hand-off) and asynchronously
-on asyncpg (``drive_async`` under ``Database.run_postgresql``) or a SQLAlchemy connection (``on``).
+each statement's rows (``switchboard.direct.Steps``), run by ``Database.run_steps``: synchronously
+on SQLite's writer thread (the whole transaction in one hand-off) and asynchronously on asyncpg.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -57,21 +55,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.sqltypes import NullType
 
-from switchboard.db import Database, SQLiteRun
+from switchboard.direct import Rows, Steps
 from switchboard.models import Connection, Reply, ReplyBucket, Todo, UTCDateTime
-
-T_ = TypeVar("T_")
-# A statement and its values: what a reply's logic yields for its engine's runner to execute.
-Step = tuple[ClauseElement, dict[str, Any]]
-# The rows a step answers, read by attribute (SQLAlchemy Rows, or a direct runner's named tuples).
-Rows = Sequence[Any]
-# The logic of one write, written once as a generator of statements and driven by a runner.
-Steps = Generator[Step, Rows, T_]
-AsyncRun = Callable[[ClauseElement, Mapping[str, Any]], Awaitable[Rows]]
 
 _TODOS = cast(Table, Todo.__table__)
 _REPLIES = cast(Table, Reply.__table__)
@@ -436,50 +423,3 @@ def record_outcome(dialect: str, reply_id: str, values: Mapping[str, Any]) -> St
 
 def read_recorded(reply_id: str) -> Steps[Recorded | None]:
     return _recorded((yield _READ, {"reply_id": reply_id}))
-
-
-def drive(run: SQLiteRun, steps: Steps[T_]) -> T_:
-    """Drive ``steps`` with a synchronous runner (``Database.run_sqlite``'s, on the writer's thread):
-    each statement it yields runs, and its rows go back to it."""
-    try:
-        statement, values = next(steps)
-        while True:
-            statement, values = steps.send(run(statement, values))
-    except StopIteration as done:
-        return cast(T_, done.value)
-    finally:
-        steps.close()
-
-
-async def drive_async(run: AsyncRun, steps: Steps[T_]) -> T_:
-    """Drive ``steps`` with an asynchronous runner (``Database.run_postgresql``'s, or ``on`` a
-    SQLAlchemy connection)."""
-    try:
-        statement, values = next(steps)
-        while True:
-            statement, values = steps.send(await run(statement, values))
-    except StopIteration as done:
-        return cast(T_, done.value)
-    finally:
-        steps.close()
-
-
-def on(conn: AsyncConnection) -> AsyncRun:
-    """A runner over a SQLAlchemy connection (the reads of a reply's rare paths)."""
-
-    async def run(statement: ClauseElement, values: Mapping[str, Any]) -> Rows:
-        # Every statement here is a Select, Insert or Update (executable); Step types them by the
-        # base the direct runners take.
-        result = await conn.execute(cast(Executable, statement), dict(values))
-        return result.all() if result.returns_rows else []
-
-    return run
-
-
-async def write(db: Database, steps: Steps[T_], *, transaction: bool) -> T_:
-    """Run ``steps`` as one write on the driver directly: SQLite's whole transaction in one hand-off
-    to the writer's thread, PostgreSQL's statements on one asyncpg connection (in one transaction
-    when ``transaction``, each in autocommit otherwise)."""
-    if db.is_sqlite:
-        return await db.run_sqlite(functools.partial(drive, steps=steps))
-    return await db.run_postgresql(functools.partial(drive_async, steps=steps), transaction=transaction)
