@@ -507,7 +507,10 @@ def _event_row(
         "trust_mode": config.webhook.trust_mode,
         "disposition": disposition,
         "received_at": delivery.received_at,
-        # Intake's trace (``_intake``); every event row sets it, so a batch's rows share one insert.
+        # Set by a redelivery (``deliveries``). Every event row sets every key, so the rows of a
+        # batch share one insert's columns.
+        "redelivery_of": None,
+        # Intake's trace (``_intake``).
         "routing": None,
     }
 

@@ -304,17 +304,17 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
     PostgreSQL inserts each table's rows in one statement (``_pg_insert``, from arrays). SQLite
     takes one row per statement: its driver has no arrays, and each statement is a call into SQLite
     on the writer's thread, without a hand-off."""
-    sqlite = dialect == "sqlite"
+    on_sqlite = dialect == "sqlite"
     keep = _unchanged(batch, (yield from current_stamps((rows.config.id for rows in batch), dialect)))
     events = [batch[n].event for n in keep]
     inserted: set[str] = set()
-    if sqlite:
+    if on_sqlite:
         for event in events:
             inserted.update(str(row.id) for row in (yield _sqlite_event_insert(tuple(event)), event))
     elif events:
         inserted.update(str(row.id) for row in (yield from _pg_insert(EVENTS.name, events)))
     plain, once = _new_todos(batch, keep, inserted)
-    if sqlite:
+    if on_sqlite:
         for todo in plain:
             yield _sqlite_todo_inserts(tuple(todo))[0], todo
     elif plain:
@@ -322,7 +322,7 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
     if not once:
         return _statuses(batch, keep, inserted), {}
     went: set[str] = set()
-    if sqlite:
+    if on_sqlite:
         for todo in once:
             went.update(str(row.id) for row in (yield _sqlite_todo_inserts(tuple(todo))[1], todo))
     else:
@@ -341,8 +341,13 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
 
 
 def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = False) -> Steps[StatementRows]:
-    """PostgreSQL: ``rows`` (all with the same columns) in one statement, each column an array."""
+    """PostgreSQL: ``rows`` in one statement, each column an array. Every row must set the same
+    columns (ingest's rows do): a column only some rows set would be dropped from the others'
+    statement, so a batch that mixes them is refused instead (and then stored a delivery at a
+    time)."""
     keys = tuple(rows[0])
+    if any(row.keys() != rows[0].keys() for row in rows):
+        raise ValueError(f"the {table_name} rows of one batch set different columns")
     values = {f"a_{key}": [row[key] for row in rows] for key in keys}
     return (yield _pg_rows_insert(table_name, keys, once), values)
 

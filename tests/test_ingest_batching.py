@@ -18,7 +18,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from sqlalchemy import event, select
 
-from switchboard import ingest, tenancy
+from switchboard import deliveries, ingest, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_WRITER
@@ -342,3 +342,29 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
     assert direct == first_batch + reads + ["INSERT INTO EVENTS"] * 5 + ["INSERT INTO TODOS"] * 5
     assert through_sqlalchemy == []
     assert await counts(services) == (6, 6)
+
+
+async def test_a_redelivery_batched_with_other_deliveries_keeps_its_link_to_the_original(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, webhook_id = await make_webhook(services, "generic")
+    status, _, _ = await post(base_url, token, *_generic("original"))
+    assert status == 202
+    async with services.db.read() as s:
+        original = await s.scalar(select(Event.id).where(Event.delivery_key == "d-original"))
+    assert original is not None
+    writer = server.app[INGEST_WRITER]
+    gate = Gate(monkeypatch)
+    first = asyncio.create_task(post(base_url, token, *_generic("first")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    # A delivery and a redelivery wait for the same batch: their event rows go in together.
+    plain = asyncio.create_task(post(base_url, token, *_generic("plain")))
+    again = asyncio.create_task(deliveries.redeliver(services, writer, webhook_id, original, by="ada"))
+    await _until(lambda: writer.waiting == 2)
+    gate.open()
+    assert (await first)[0] == 202 and (await plain)[0] == 202
+    made = await again
+    async with services.db.read() as s:
+        links = dict((await s.execute(select(Event.id, Event.redelivery_of))).all())
+    assert links[made.event_id] == original
+    assert sorted(link for link in links.values() if link is not None) == [original]
