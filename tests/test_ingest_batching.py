@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from switchboard import deliveries, ingest, tenancy
 from switchboard.db import Database
@@ -25,7 +25,15 @@ from switchboard.ingest import INGEST_WRITER
 from switchboard.ingest_writer import IngestWriter, Rows
 from switchboard.models import Event, Todo
 from switchboard.services import Services
-from switchboard.testing import ServeProcesses, counts, engine_name, github_headers, make_webhook, post
+from switchboard.testing import (
+    ServeProcesses,
+    counts,
+    engine_name,
+    github_headers,
+    make_webhook,
+    post,
+    watch_statements,
+)
 
 UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
 
@@ -316,31 +324,17 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
     gate = Gate(monkeypatch)
-    direct: list[str] = []
-    through_sqlalchemy: list[str] = []
-
-    def tap(sql: str, _args: Any) -> None:
-        direct.append(" ".join(sql.split()[:3]).upper())
-
-    def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
-        through_sqlalchemy.append(sql)
-
-    db = services.db
-    db.statement_taps.append(tap)
-    event.listen(db.write_engine.sync_engine, "before_cursor_execute", grab)
-    try:
+    # The request's own configuration lookup is a read on its own engine; the batch is the write.
+    with watch_statements(services.db, reads=False) as seen:
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
-    finally:
-        db.statement_taps.remove(tap)
-        event.remove(db.write_engine.sync_engine, "before_cursor_execute", grab)
     assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
     # Two batches (the held first delivery, then the five): per batch the webhook's configuration
     # (its row, its routes), then the events and the todos, a statement each, all on the writer's
     # thread.
     reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.ENDPOINT_ID,", "SELECT ROUTES.WEBHOOK_ID, ENDPOINTS.ID,"]
     first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
-    assert direct == first_batch + reads + ["INSERT INTO EVENTS"] * 5 + ["INSERT INTO TODOS"] * 5
-    assert through_sqlalchemy == []
+    assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 5 + ["INSERT INTO TODOS"] * 5
+    assert seen.through_sqlalchemy == []
     assert await counts(services) == (6, 6)
 
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, delete, event, func, literal_column, select, update
+from sqlalchemy import bindparam, delete, func, literal_column, select, update
 
 from switchboard import connections as conn
 from switchboard import reply
@@ -24,7 +24,14 @@ from switchboard.hookspecs import hookimpl
 from switchboard.ids import token_hash
 from switchboard.models import Reply, ReplyBucket, Todo
 from switchboard.provider import Address, CheckResult, ConnectionCheck, ConnectionKind, PostResult, ReplyPost
-from switchboard.testing import FakeProvider, claimed_todo, engine_name, human_and_endpoint, slack_address
+from switchboard.testing import (
+    FakeProvider,
+    claimed_todo,
+    engine_name,
+    human_and_endpoint,
+    slack_address,
+    watch_statements,
+)
 
 SLACK_SECRET = "slack-test-bot-credential-" + "Hp4Ns2"
 
@@ -243,25 +250,8 @@ async def test_a_reply_is_one_read_and_two_writes_around_the_dial(
     endpoint = await slack_world(services, db)
     todo = await claimed_todo(db, endpoint, slack_address())
     await reply.send_reply(services, endpoint, todo.id, "warm")
-    direct: list[str] = []
-    through_sqlalchemy: list[str] = []
-
-    def tap(sql: str, _args: Any) -> None:
-        direct.append(" ".join(sql.split()[:3]).upper())
-
-    def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
-        through_sqlalchemy.append(sql)
-
-    engines = {db.write_engine.sync_engine, db.engine.sync_engine}
-    db.statement_taps.append(tap)
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with watch_statements(db) as seen:
         assert (await reply.send_reply(services, endpoint, todo.id, "measured"))["state"] == "sent"
-    finally:
-        db.statement_taps.remove(tap)
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", grab)
     # The take and the pending row: one statement on PostgreSQL (a CTE), two on SQLite; all of it
     # on the driver directly, nothing through SQLAlchemy's execution (no read, no ORM).
     take = (
@@ -269,8 +259,8 @@ async def test_a_reply_is_one_read_and_two_writes_around_the_dial(
         if db.dialect == "postgresql"
         else ["INSERT INTO REPLY_BUCKETS", "INSERT INTO REPLIES"]
     )
-    assert direct == ["SELECT TODOS.ENDPOINT_ID, TODOS.STATE,", *take, "UPDATE REPLIES SET"]
-    assert through_sqlalchemy == []
+    assert seen.direct == ["SELECT TODOS.ENDPOINT_ID, TODOS.STATE,", *take, "UPDATE REPLIES SET"]
+    assert seen.through_sqlalchemy == []
 
 
 def stale_first_read(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> list[bool]:

@@ -24,8 +24,10 @@ from switchboard.services import Services
 from switchboard.testing.database import (
     TEST_DATABASE_ENV,
     TEST_ENCRYPTION_KEY,
+    Statements,
     engine_name,
     postgres_url,
+    watch_statements,
 )
 from switchboard.testing.mcp_client import Agent, ChannelListener, ChannelParams, connect, http_client
 from switchboard.testing.providers import FakeProvider, FakeProviders, Recorded, Scripted
@@ -80,6 +82,7 @@ __all__ = [
     "ServeProcess",
     "ServeProcesses",
     "Services",
+    "Statements",
     "add_todo",
     "cairn_address",
     "cairn_headers",
@@ -110,4 +113,5 @@ __all__ = [
     "tls",
     "todo",
     "vend",
+    "watch_statements",
 ]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -40,6 +44,41 @@ def postgres_url() -> str | None:
 def engine_name() -> str:
     """``postgresql`` or ``sqlite``: the engine this run's tests use."""
     return "postgresql" if postgres_url() else "sqlite"
+
+
+@dataclass
+class Statements:
+    """What ran while ``watch_statements`` watched: ``direct``, each statement run on the driver
+    directly (``Database.statement_taps``) as its first three words, upper-cased; and
+    ``through_sqlalchemy``, the SQL of each one SQLAlchemy executed on either engine."""
+
+    direct: list[str] = field(default_factory=list)
+    through_sqlalchemy: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def watch_statements(db: db_mod.Database, *, reads: bool = True) -> Iterator[Statements]:
+    """Record the statements ``db`` runs inside the block (for tests that a hot path stays on the
+    driver and runs the statements it should). ``reads=False``: SQLAlchemy's statements on the
+    write engine only (on SQLite the reads have an engine of their own)."""
+    seen = Statements()
+
+    def tap(sql: str, _args: Any) -> None:
+        seen.direct.append(" ".join(sql.split()[:3]).upper())
+
+    def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        seen.through_sqlalchemy.append(sql)
+
+    engines = {db.write_engine.sync_engine, *([db.engine.sync_engine] if reads else [])}
+    db.statement_taps.append(tap)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", grab)
+    try:
+        yield seen
+    finally:
+        db.statement_taps.remove(tap)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", grab)
 
 
 async def _admin(url: str, statement: str) -> None:
