@@ -182,6 +182,17 @@ class Database:
             self.engine = create_async_engine(url, **kwargs)
             self._writer = self.engine
             _configure_postgresql(self.engine)
+            # The key-addressed hot writes (completes, replies, ingest's group commit) find every
+            # row by its key, so a generic plan serves them as well as a custom one; on these
+            # connections PostgreSQL's default (``auto``) keeps a plan instead of planning each
+            # call again, which was half of the database's CPU per call (``run_postgresql``'s
+            # ``generic_plans``). Claims keep the pool above.
+            # One ingest writer, completes combined per endpoint, replies: a few at a time.
+            keyed = {k: v for k, v in kwargs.items() if k != "connect_args"}
+            self._keyed: AsyncEngine = create_async_engine(
+                url, **{**keyed, "pool_size": 8, "max_overflow": 4}
+            )
+            _configure_postgresql(self._keyed)
         self._write_engine = self._writer.execution_options(sqlite_begin="BEGIN IMMEDIATE")
         # PostgreSQL: a single statement is a transaction by itself; no BEGIN or COMMIT round trip.
         self._one_statement_engine = (
@@ -382,7 +393,11 @@ class Database:
         return outcomes
 
     async def run_postgresql(
-        self, work: Callable[[PostgreSQLRun], Awaitable[T]], *, transaction: bool = False
+        self,
+        work: Callable[[PostgreSQLRun], Awaitable[T]],
+        *,
+        transaction: bool = False,
+        generic_plans: bool = False,
     ) -> T:
         """PostgreSQL: ``work``'s statements run on one pooled connection's asyncpg connection, each
         in autocommit (a single statement is atomic by itself: one round trip, no BEGIN or COMMIT).
@@ -393,13 +408,19 @@ class Database:
         ``transaction``: the statements share one transaction instead (committed when ``work``
         returns, rolled back if it raises), for a write whose row locks must last from one statement
         to the next (``reply`` locks its todo, then inserts its pending row).
+
+        ``generic_plans``: on a connection of the pool where PostgreSQL may keep a generic plan, for
+        statements that find their rows by key only. Left False (custom plans, planned per call)
+        for a statement whose best plan depends on the data, such as a claim's pick of the oldest
+        pending todos: a generic plan made while the table was small kept scanning it as it grew.
         """
         if self.is_sqlite:
             raise RuntimeError("run_postgresql needs a PostgreSQL database")
+        engine = self._keyed if generic_plans else self._writer
         async with self._writer_turn():
             # The pool's own connection record, without the Connection/AsyncConnection pair around
             # it that ``engine.connect()`` builds (a third of this call's cost, measured).
-            pooled = await self._writer.raw_connection()
+            pooled = await engine.raw_connection()
             # Any: asyncpg ships no type information (pyproject's mypy section).
             driver: Any = pooled.driver_connection
             taps = self.statement_taps
@@ -434,14 +455,16 @@ class Database:
                 # overflow connection), so it runs under greenlet_spawn, as AsyncConnection's does.
                 await greenlet_spawn(pooled.invalidate if unusable else pooled.close)
 
-    async def run_steps(self, steps: Steps[T], *, transaction: bool) -> T:
+    async def run_steps(self, steps: Steps[T], *, transaction: bool, generic_plans: bool = False) -> T:
         """Run ``steps`` (``switchboard.direct.Steps``) as one write on the driver directly: on
         SQLite the whole transaction in one hand-off to the writer's thread (``run_sqlite``), on
-        PostgreSQL its statements on one asyncpg connection (``run_postgresql``), in one transaction
-        when ``transaction``, each in autocommit otherwise."""
+        PostgreSQL its statements on one asyncpg connection (``run_postgresql``, with its
+        ``generic_plans``), in one transaction when ``transaction``, each in autocommit otherwise."""
         if self.is_sqlite:
             return await self.run_sqlite(functools.partial(drive, steps=steps))
-        return await self.run_postgresql(functools.partial(drive_async, steps=steps), transaction=transaction)
+        return await self.run_postgresql(
+            functools.partial(drive_async, steps=steps), transaction=transaction, generic_plans=generic_plans
+        )
 
     async def ping(self, timeout: float = 2.0) -> None:
         try:
@@ -454,6 +477,8 @@ class Database:
         await self.engine.dispose()
         if self._writer is not self.engine:
             await self._writer.dispose()
+        if not self.is_sqlite:
+            await self._keyed.dispose()
 
 
 def _configure_sqlite(engine: AsyncEngine, *, query_only: bool) -> None:

@@ -237,7 +237,8 @@ class IngestWriter:
         # One write on the driver directly: on SQLite the whole transaction in one hand-off to the
         # writer's thread; on PostgreSQL one asyncpg transaction of a few statements.
         db = self.services.db
-        return await db.run_steps(_transaction(batch, db.dialect), transaction=True)
+        # Every statement finds its rows by key: kept generic plans serve them (Database.run_postgresql).
+        return await db.run_steps(_transaction(batch, db.dialect), transaction=True, generic_plans=True)
 
     async def _ring(self, stored: list[Rows], folded: dict[str, str | None]) -> None:
         """After the commit: count the new todos and ring the doorbell for them, once per batch.

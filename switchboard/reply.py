@@ -362,12 +362,12 @@ async def _prepare(
         # First without a transaction: two round trips, each committed by itself (the pending row's
         # is the commit that must land before the dial).
         steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=False)
-        prepared = await db.run_steps(steps, transaction=False)
+        prepared = await db.run_steps(steps, transaction=False, generic_plans=True)
         if prepared is not None:
             return prepared
     # One transaction: on PostgreSQL the todo's row lock lasts from the read to the insert.
     steps = _prepare_steps(services, endpoint, todo_id, text, key, lease_token, utcnow(), locked=True)
-    prepared = await db.run_steps(steps, transaction=True)
+    prepared = await db.run_steps(steps, transaction=True, generic_plans=True)
     if prepared is None:  # pragma: no cover - the locked path always decides
         raise RuntimeError("a locked reply answered nothing")
     return prepared
@@ -475,6 +475,7 @@ async def _finish(services: Services, ready: _Ready, result: PostResult) -> Reco
     row = await services.db.run_steps(
         statements.record_outcome(services.db.dialect, ready.reply_id, values),
         transaction=False,
+        generic_plans=True,
     )
     if row is None:
         # Already final, or gone with its todo: what the table says, else what the dial said.

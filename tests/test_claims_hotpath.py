@@ -12,7 +12,7 @@ from sqlalchemy import event, func, insert, select, text
 from sqlalchemy.exc import OperationalError
 
 from switchboard import todos
-from switchboard.db import Database, NestedWrite
+from switchboard.db import Database, NestedWrite, PostgreSQLRun
 from switchboard.errors import SwitchboardError
 from switchboard.models import Attempt, Human, Todo
 from switchboard.testing import add_todo, connect, vend
@@ -187,9 +187,12 @@ async def test_a_dropped_postgresql_connection_is_replaced_without_an_error(db: 
     if db.is_sqlite:
         pytest.skip("PostgreSQL's pooled connections")
     ep, _ = await vend(db)
-    for _ in range(3):
+    for _ in range(4):
         await add_todo(db, ep)
-    assert await todos.claim_next(db, ep) is not None  # the pool now holds a live connection
+    # Both pools now hold a live connection: the claims' and the key-addressed writes'.
+    claimed = await todos.claim_next(db, ep)
+    assert claimed is not None
+    await todos.complete(db, ep, claimed["id"])
     killer = Database(db.url)
     try:
         async with killer.engine.connect() as conn:
@@ -203,9 +206,26 @@ async def test_a_dropped_postgresql_connection_is_replaced_without_an_error(db: 
         await killer.dispose()
     assert killed
     await asyncio.sleep(0.3)  # asyncpg hears the server hang up
-    # No ping per checkout, yet the closed connection is replaced rather than used.
-    assert await todos.claim_next(db, ep) is not None
+    # No ping per checkout, yet the closed connections are replaced rather than used.
+    claimed = await todos.claim_next(db, ep)
+    assert claimed is not None
+    assert (await todos.complete(db, ep, claimed["id"]))["state"] == "done"
     assert (await todos.claim_next(db, ep, max=5))["todos"]  # type: ignore[index]
+
+
+async def test_claims_are_planned_per_call_and_key_addressed_writes_may_keep_a_plan(db: Database) -> None:
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's plan cache")
+    setting = select(func.current_setting("plan_cache_mode").label("mode"))
+
+    async def mode(run: PostgreSQLRun) -> str:
+        return str((await run(setting, {}))[0].mode)
+
+    # A claim's pick depends on the data (a generic plan kept from when the table was small kept
+    # scanning it as it grew), so its connections plan every call; completes, replies and ingest's
+    # batches find their rows by key, and PostgreSQL's default keeps a plan for them.
+    assert await db.run_postgresql(mode) == "force_custom_plan"
+    assert await db.run_postgresql(mode, generic_plans=True) == "auto"
 
 
 # ---------------------------------------------------------------------------------------------

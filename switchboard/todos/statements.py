@@ -520,7 +520,9 @@ async def complete_postgresql(
     async def one_statement(run: PostgreSQLRun) -> list[Any]:
         return await run(statement, params)
 
-    return {r.n - 1: (r, _replies_of(r)) for r in await db.run_postgresql(one_statement)}
+    # By key (the todo ids): a kept generic plan serves it (Database.run_postgresql).
+    rows = await db.run_postgresql(one_statement, generic_plans=True)
+    return {r.n - 1: (r, _replies_of(r)) for r in rows}
 
 
 async def complete_sqlite(
