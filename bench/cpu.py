@@ -70,16 +70,18 @@ def postgres_cpu_seconds() -> float | None:
 @dataclass
 class CpuMeter:
     """CPU used between ``start()`` and ``per(n)`` by a server process, by this process (the
-    benchmark's senders or clients) and by the local PostgreSQL, in milliseconds per unit of work."""
+    benchmark's clients; ``client=False`` when the load comes from elsewhere, such as wrk) and by
+    the local PostgreSQL (``database``), in milliseconds per unit of work."""
 
     server_pid: int | None = None
     database: bool = False
+    client: bool = True
     _start: dict[str, float | None] | None = None
 
     def _read(self) -> dict[str, float | None]:
         return {
             "server": cpu_seconds(self.server_pid) if self.server_pid is not None else None,
-            "client": time.process_time(),
+            "client": time.process_time() if self.client else None,
             "database": postgres_cpu_seconds() if self.database else None,
         }
 

@@ -53,21 +53,13 @@ from bench.common import (
     run,
     server_process,
 )
-from bench.cpu import cpu_seconds
+from bench.cpu import CpuMeter
 from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
 from switchboard.db import Database
 from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
 
 CEILING = "bare aiohttp"
-
-
-def cpu_per_answer(pid: int, before: float | None, answers: int) -> dict[str, float]:
-    """The server's CPU milliseconds per answered request since ``before`` (empty when unknown)."""
-    after = cpu_seconds(pid)
-    if before is None or after is None or answers <= 0:
-        return {}
-    return {"server_cpu_ms_per_request": round((after - before) * 1000 / answers, 3)}
 
 
 # Ten rules in the worst order for cost: each delivery walks past the nine that ask about fields of
@@ -130,7 +122,8 @@ async def ceiling(
             await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
             for driver in drivers:
                 for n in senders:
-                    before = cpu_seconds(server.process.pid)
+                    meter = CpuMeter(server.process.pid, client=False)
+                    meter.start()
                     result = await blast(
                         driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
                     )
@@ -140,7 +133,7 @@ async def ceiling(
                         driver=driver,
                         senders=n,
                         **row(result),
-                        **cpu_per_answer(server.process.pid, before, int(result["sent"])),
+                        **meter.per(int(result["sent"]), "request"),
                         server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
                     )
 
@@ -184,7 +177,8 @@ async def measure(
                 for n in senders:
                     # A body of its own for every delivery this round may send (see senders.distinct).
                     bodies = signed_bodies(secret, deliveries)
-                    before = cpu_seconds(server.process.pid)
+                    meter = CpuMeter(server.process.pid, client=False)
+                    meter.start()
                     result = await blast(
                         driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
                     )
@@ -197,7 +191,7 @@ async def measure(
                         driver=driver,
                         senders=n,
                         **row(result),
-                        **cpu_per_answer(server.process.pid, before, int(result["sent"])),
+                        **meter.per(int(result["sent"]), "request"),
                         server_rss_mib=round(server.rss_mib() or 0, 1),
                         server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
                     )

@@ -186,8 +186,8 @@ class Database:
             # row by its key, so a generic plan serves them as well as a custom one; on these
             # connections PostgreSQL's default (``auto``) keeps a plan instead of planning each
             # call again, which was half of the database's CPU per call (``run_postgresql``'s
-            # ``generic_plans``). Claims keep the pool above.
-            # One ingest writer, completes combined per endpoint, replies: a few at a time.
+            # ``generic_plans``). Claims keep the pool above. It is small: one ingest writer,
+            # completes combined per endpoint and replies need a few connections at a time.
             keyed = {k: v for k, v in kwargs.items() if k != "connect_args"}
             self._keyed: AsyncEngine = create_async_engine(
                 url, **{**keyed, "pool_size": 8, "max_overflow": 4}

@@ -281,10 +281,13 @@ def _new_todos(
     batch: Sequence[Rows], keep: list[int], inserted: set[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The todos of the events that went in: (plain ones, ``once`` ones)."""
-    todos = [todo for n in keep if batch[n].event["id"] in inserted for todo in batch[n].todos]
-    return [t for t in todos if t.get("once_key") is None], [
-        t for t in todos if t.get("once_key") is not None
-    ]
+    plain: list[dict[str, Any]] = []
+    once: list[dict[str, Any]] = []
+    for n in keep:
+        if batch[n].event["id"] in inserted:
+            for todo in batch[n].todos:
+                (plain if todo.get("once_key") is None else once).append(todo)
+    return plain, once
 
 
 def _statuses(batch: Sequence[Rows], keep: list[int], inserted: set[str]) -> list[Status]:
