@@ -160,9 +160,14 @@ class Database:
         kwargs: dict[str, Any] = {"echo": echo}
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 30}
-            self.engine: AsyncEngine = create_async_engine(url, **kwargs)
             # An in-memory database exists once per connection: reads and writes must share it.
             in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in url
+            # Reads on a file: up to 32 connections kept open (each a thread of aiosqlite's). With
+            # the default 5 (+10 that close on check-in) a burst of webhooks whose echo check reads
+            # opened a connection per request: a thread, the file, five PRAGMAs and the schema
+            # parsed again, which cost more than the read.
+            reads = {} if in_memory else {"pool_size": 32, "max_overflow": 32}
+            self.engine: AsyncEngine = create_async_engine(url, **reads, **kwargs)
             if in_memory:
                 self._writer = self.engine
             else:
