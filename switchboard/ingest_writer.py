@@ -15,7 +15,8 @@ while its previous commit ran (at most ``MAX_BATCH`` deliveries) in one transact
 
 The transaction runs on the driver directly (``Database.run_steps``): on PostgreSQL each table's
 rows go in one statement (from arrays), so a batch is a handful of statements whatever its size; on
-SQLite the whole transaction is one hand-off to the writer's thread, a statement per row there.
+SQLite the whole transaction is one hand-off to the writer's thread, each table's rows in multi-row
+``VALUES`` of up to 32 rows there.
 
 Then the doorbell hears of the new todos (once per batch; never of a held one) and every request
 is answered. A batch
@@ -72,23 +73,45 @@ _SQLITE_ONCE = (
 _OPEN_STATES = ("pending", "claimed")
 
 
-def _one_row(statement: Insert, table: Table, keys: tuple[str, ...]) -> Insert:
-    """``statement`` for one row of ``keys``, each a placeholder typed as its column (the direct
-    runners bind by name, through the column's own bind processor)."""
-    return statement.values({key: bindparam(key, type_=table.c[key].type) for key in keys})
+# SQLite takes at most 999 placeholders in one statement (before 3.32), and a statement per row
+# count is compiled and cached: rows go in chunks of 32, 16, 8, 4, 2 or 1.
+_SQLITE_PLACEHOLDERS = 999
+_SQLITE_CHUNKS = (32, 16, 8, 4, 2, 1)
 
 
 @functools.cache
-def _sqlite_event_insert(keys: tuple[str, ...]) -> Insert:
-    """SQLite: one event of ``keys``, skipped on a unique-key hit, RETURNING its id. Built once per
-    column set (every event row ingest writes sets the same columns; so does every todo row)."""
-    return _one_row(_SQLITE_NEW_EVENTS, EVENTS, keys)
+def _sqlite_rows_insert(kind: str, keys: tuple[str, ...], count: int) -> Insert:
+    """SQLite: ``count`` rows of ``keys`` in one multi-row ``VALUES``, each value a placeholder
+    ``<key>_<n>`` typed as its column (the direct runner binds by name, through the column's own
+    bind processor). ``kind``: ``event`` (a unique-key hit skipped, the ids that went in returned),
+    ``todo``, or ``once`` (a todo whose open holder's key is taken skipped, the ids returned).
+    Built once per column set and count: every row ingest writes of one table sets the same
+    columns."""
+    table = EVENTS if kind == "event" else TODOS
+    base = {"event": _SQLITE_NEW_EVENTS, "todo": sqlite.insert(TODOS), "once": _SQLITE_ONCE}[kind]
+    return base.values(
+        [{key: bindparam(f"{key}_{n}", type_=table.c[key].type) for key in keys} for n in range(count)]
+    )
 
 
-@functools.cache
-def _sqlite_todo_inserts(keys: tuple[str, ...]) -> tuple[Insert, Insert]:
-    """SQLite: one todo of ``keys``: (the plain insert, the ``once`` insert RETURNING its id)."""
-    return _one_row(sqlite.insert(TODOS), TODOS, keys), _one_row(_SQLITE_ONCE, TODOS, keys)
+def _sqlite_insert(kind: str, rows: list[dict[str, Any]]) -> Steps[list[str]]:
+    """SQLite: ``rows`` (every one setting the same columns, in order) in as few statements as
+    the placeholder limit allows; the ids the statements returned. On the writer's thread every
+    statement gives up the interpreter lock and waits to take it back from the event loop, which
+    cost more than the insert itself when each row was its own statement."""
+    ids: list[str] = []
+    done = 0
+    while done < len(rows):
+        keys = tuple(rows[done])
+        fit = max(1, _SQLITE_PLACEHOLDERS // len(keys))
+        count = next(c for c in _SQLITE_CHUNKS if c <= min(fit, len(rows) - done))
+        chunk = rows[done : done + count]
+        if any(row.keys() != rows[done].keys() for row in chunk):
+            raise ValueError(f"the {kind} rows of one batch set different columns")
+        values = {f"{key}_{n}": row[key] for n, row in enumerate(chunk) for key in keys}
+        ids += [str(row.id) for row in (yield _sqlite_rows_insert(kind, keys, count), values)]
+        done += count
+    return ids
 
 
 # The open todo holding a ``once`` key (rare: a folded delivery), and its event's trace updated.
@@ -305,30 +328,27 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
     """The batch's transaction: the configurations re-read, the events, their todos, and the
     ``once`` todos folded into the open ones that hold their keys (see the module docstring).
 
-    PostgreSQL inserts each table's rows in one statement (``_pg_insert``, from arrays). SQLite
-    takes one row per statement: its driver has no arrays, and each statement is a call into SQLite
-    on the writer's thread, without a hand-off."""
+    PostgreSQL inserts each table's rows in one statement (``_pg_insert``, from arrays). SQLite,
+    whose driver has no arrays, takes them in multi-row ``VALUES`` (``_sqlite_insert``), on the
+    writer's thread, without a hand-off."""
     on_sqlite = dialect == "sqlite"
     keep = _unchanged(batch, (yield from current_stamps((rows.config.id for rows in batch), dialect)))
     events = [batch[n].event for n in keep]
     inserted: set[str] = set()
     if on_sqlite:
-        for event in events:
-            inserted.update(str(row.id) for row in (yield _sqlite_event_insert(tuple(event)), event))
+        inserted.update((yield from _sqlite_insert("event", events)))
     elif events:
         inserted.update(str(row.id) for row in (yield from _pg_insert(EVENTS.name, events)))
     plain, once = _new_todos(batch, keep, inserted)
     if on_sqlite:
-        for todo in plain:
-            yield _sqlite_todo_inserts(tuple(todo))[0], todo
+        yield from _sqlite_insert("todo", plain)
     elif plain:
         yield from _pg_insert(TODOS.name, plain)
     if not once:
         return _statuses(batch, keep, inserted), {}
     went: set[str] = set()
     if on_sqlite:
-        for todo in once:
-            went.update(str(row.id) for row in (yield _sqlite_todo_inserts(tuple(todo))[1], todo))
+        went.update((yield from _sqlite_insert("once", once)))
     else:
         went.update(str(row.id) for row in (yield from _pg_insert(TODOS.name, once, once=True)))
     folded: dict[str, str | None] = {}

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from fixtures.ingest_kit import fixture_bytes
+from fixtures.intake_kit import ISSUE_1, SENDER, github_hook, set_rules
 from sqlalchemy import select
 
 from switchboard import deliveries, ingest, tenancy
@@ -329,11 +332,19 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
     assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
     # Two batches (the held first delivery, then the five): per batch the webhook's configuration
-    # (its row, its routes), then the events and the todos, a statement each, all on the writer's
-    # thread.
+    # (its row, its routes), then the events and the todos in multi-row inserts (five rows: four,
+    # then one), all on the writer's thread.
     reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.ENDPOINT_ID,", "SELECT ROUTES.WEBHOOK_ID, ENDPOINTS.ID,"]
     first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
-    assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 5 + ["INSERT INTO TODOS"] * 5
+    assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 2 + ["INSERT INTO TODOS"] * 2
+    assert [len(sql.split("), (")) for sql in seen.direct_sql if sql.startswith("INSERT")] == [
+        1,
+        1,
+        4,
+        1,
+        4,
+        1,
+    ]
     assert seen.through_sqlalchemy == []
     assert await counts(services) == (6, 6)
 
@@ -362,3 +373,49 @@ async def test_a_redelivery_batched_with_other_deliveries_keeps_its_link_to_the_
         links = dict((await s.execute(select(Event.id, Event.redelivery_of))).all())
     assert links[made.event_id] == original
     assert sorted(link for link in links.values() if link is not None) == [original]
+
+
+async def test_once_keys_in_one_batch_make_one_todo_and_fold_the_rest_into_it(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four deliveries about issue #1 wait for one batch (its rows go in one multi-row insert on
+    # SQLite, one statement from arrays on PostgreSQL): the first makes the open todo, the other
+    # three are folded into it, each answered and traced with that todo's id.
+    hook = await github_hook(services, trust={"logins": [SENDER]})
+    await set_rules(
+        services,
+        hook.webhook_id,
+        {"rules": [{"id": "once", "expr": "true", "action": {"type": "queue", "once": True}}]},
+    )
+    names = [
+        "issue_comment/created",
+        "issue_comment/created.1",
+        "issues/opened",
+        "issue_comment/edited",
+    ]
+
+    def signed(name: str) -> Delivery:
+        body = fixture_bytes(f"github/{name}.payload.json")
+        return body, github_headers(hook.secret, body, name.split("/")[0], delivery=str(uuid.uuid4()))
+
+    gate = Gate(monkeypatch)
+    first, answers = await _held_batch(
+        server,
+        gate,
+        base_url,
+        hook.token,
+        [signed(name) for name in names],
+        first_delivery=signed("pull_request/opened"),
+    )
+    assert first[0] == 202 and first[1]["created"] == 1
+    assert [status for status, _, _ in answers] == [202] * 4
+    made = [answer for _, answer, _ in answers if answer["created"] == 1]
+    folded = [answer for _, answer, _ in answers if answer["created"] == 0]
+    assert len(made) == 1 and len(folded) == 3, answers
+    open_id = made[0]["todos"][0]["id"]
+    assert all(answer["todos"] == [{**made[0]["todos"][0], "created": False}] for answer in folded)
+    async with services.db.read() as s:
+        rows = (await s.execute(select(Todo.id, Todo.once_key).where(Todo.once_key == ISSUE_1))).all()
+        traces = (await s.scalars(select(Event.routing).where(Event.webhook_id == hook.webhook_id))).all()
+    assert [row.id for row in rows] == [open_id]
+    assert sum(1 for trace in traces if f"once: open todo {open_id} exists" in trace["why"]) == 3

@@ -49,10 +49,12 @@ def engine_name() -> str:
 @dataclass
 class Statements:
     """What ran while ``watch_statements`` watched: ``direct``, each statement run on the driver
-    directly (``Database.statement_taps``) as its first three words, upper-cased; and
-    ``through_sqlalchemy``, the SQL of each one SQLAlchemy executed on either engine."""
+    directly (``Database.statement_taps``) as its first three words, upper-cased, and its whole
+    SQL in ``direct_sql``; and ``through_sqlalchemy``, the SQL of each one SQLAlchemy executed on
+    either engine."""
 
     direct: list[str] = field(default_factory=list)
+    direct_sql: list[str] = field(default_factory=list)
     through_sqlalchemy: list[str] = field(default_factory=list)
 
 
@@ -65,6 +67,7 @@ def watch_statements(db: db_mod.Database, *, reads: bool = True) -> Iterator[Sta
 
     def tap(sql: str, _args: Any) -> None:
         seen.direct.append(" ".join(sql.split()[:3]).upper())
+        seen.direct_sql.append(sql)
 
     def grab(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
         seen.through_sqlalchemy.append(sql)
