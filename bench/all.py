@@ -26,7 +26,7 @@ from bench.render import render
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL: list[tuple[str, list[str]]] = [
-    ("ingest", ["--db", "both", "--senders", "1,8,32", "--deliveries", "1500", "--seconds", "45"]),
+    ("ingest", ["--db", "both", "--senders", "1,8,32", "--deliveries", "6000", "--seconds", "45"]),
     ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "20", "--mcp"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     ("backlog", ["--db", "sqlite", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
