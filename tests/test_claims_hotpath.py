@@ -282,6 +282,35 @@ async def test_a_sqlite_read_session_cannot_write(db: Database) -> None:
             )
 
 
+async def test_a_burst_of_sqlite_reads_reuses_its_connections(db: Database) -> None:
+    # A burst of concurrent reads (an echo check per comment delivery under load) is served by
+    # connections kept open: opening one costs a thread, the file, its PRAGMAs and the schema, more
+    # than the read. Five bursts of 32 open at most 32 connections, once.
+    if not db.is_sqlite:
+        pytest.skip("SQLite's read pool")
+    opened = 0
+
+    def count(_dbapi_connection: Any, _record: Any) -> None:
+        nonlocal opened
+        opened += 1
+
+    await db.engine.dispose()
+    event.listen(db.engine.sync_engine, "connect", count)
+
+    async def read() -> int:
+        async with db.read() as s:
+            found = await s.scalar(select(func.count()).select_from(Todo))
+            await asyncio.sleep(0.01)  # held a moment, as a request holds its session
+            return int(found or 0)
+
+    try:
+        for _ in range(5):
+            assert await asyncio.wait_for(asyncio.gather(*(read() for _ in range(32))), 30) == [0] * 32
+    finally:
+        event.remove(db.engine.sync_engine, "connect", count)
+    assert 1 <= opened <= 32
+
+
 # ---------------------------------------------------------------------------------------------
 # Nested writes fail at once instead of waiting for themselves
 
