@@ -94,20 +94,30 @@ def _sqlite_rows_insert(kind: str, keys: tuple[str, ...], count: int) -> Insert:
     )
 
 
+def _columns(what: str, rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The columns every one of ``rows`` sets. Ingest's rows of one table all set the same ones; a
+    column only some rows set would be dropped from the others' multi-row statement, so a batch
+    that mixes them is refused instead (and then stored a delivery at a time)."""
+    keys = tuple(rows[0])
+    if any(row.keys() != rows[0].keys() for row in rows):
+        raise ValueError(f"the {what} rows of one batch set different columns")
+    return keys
+
+
 def _sqlite_insert(kind: str, rows: list[dict[str, Any]]) -> Steps[list[str]]:
     """SQLite: ``rows`` (every one setting the same columns, in order) in as few statements as
     the placeholder limit allows; the ids the statements returned. A statement per row cost the
     writer's thread more than the rows themselves (binding, a call into SQLite and a hand-over of
     the interpreter lock each): 32 senders went from about 500 to 610 deliveries/s (bench/README.md)."""
+    if not rows:
+        return []
+    keys = _columns(kind, rows)
+    fit = max(1, _SQLITE_PLACEHOLDERS // len(keys))
     ids: list[str] = []
     done = 0
     while done < len(rows):
-        keys = tuple(rows[done])
-        fit = max(1, _SQLITE_PLACEHOLDERS // len(keys))
         count = next(c for c in _SQLITE_CHUNKS if c <= min(fit, len(rows) - done))
         chunk = rows[done : done + count]
-        if any(row.keys() != rows[done].keys() for row in chunk):
-            raise ValueError(f"the {kind} rows of one batch set different columns")
         values = {f"{key}_{n}": row[key] for n, row in enumerate(chunk) for key in keys}
         ids += [str(row.id) for row in (yield _sqlite_rows_insert(kind, keys, count), values)]
         done += count
@@ -365,13 +375,8 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
 
 
 def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = False) -> Steps[StatementRows]:
-    """PostgreSQL: ``rows`` in one statement, each column an array. Every row must set the same
-    columns (ingest's rows do): a column only some rows set would be dropped from the others'
-    statement, so a batch that mixes them is refused instead (and then stored a delivery at a
-    time)."""
-    keys = tuple(rows[0])
-    if any(row.keys() != rows[0].keys() for row in rows):
-        raise ValueError(f"the {table_name} rows of one batch set different columns")
+    """PostgreSQL: ``rows`` in one statement, each column an array."""
+    keys = _columns(table_name, rows)
     values = {f"a_{key}": [row[key] for row in rows] for key in keys}
     return (yield _pg_rows_insert(table_name, keys, once), values)
 
