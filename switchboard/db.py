@@ -69,6 +69,13 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # A pooled PostgreSQL connection is replaced after this long, so one silently cut by a firewall or
 # a proxy's idle timeout does not live forever (no ping finds it).
 PG_POOL_RECYCLE_SECONDS = 1800
+# The connections where PostgreSQL may keep a plan (``run_postgresql``'s ``generic_plans``) serve
+# statements that find their rows by key. A kept plan is costed on the statistics of when it was
+# made: made while a table was small, it could be a sequential scan or a hash join over the whole
+# table, kept as the table grows until the next ANALYZE (a complete's plan kept at 50 todos hashed
+# all of ``attempts``: 189 ms per complete once 300,000 finished todos had theirs; 0.6 ms with
+# these). Ruled out, every such statement walks its indexes (tests/test_kept_plans.py).
+KEYED_PLAN_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"}
 
 
 def utcnow() -> datetime:
@@ -192,8 +199,9 @@ class Database:
             # connections PostgreSQL's default (``auto``) keeps a plan instead of planning each
             # call again, which was half of the database's CPU per call (``run_postgresql``'s
             # ``generic_plans``). Claims keep the pool above. It is small: one ingest writer,
-            # completes combined per endpoint and replies need a few connections at a time.
-            keyed = {k: v for k, v in kwargs.items() if k != "connect_args"}
+            # completes combined per endpoint and replies need a few connections at a time. A kept
+            # plan there may not read a whole table (KEYED_PLAN_SETTINGS).
+            keyed = {**kwargs, "connect_args": {"server_settings": KEYED_PLAN_SETTINGS}}
             self._keyed: AsyncEngine = create_async_engine(
                 url, **{**keyed, "pool_size": 8, "max_overflow": 4}
             )
