@@ -3,8 +3,9 @@
 The backlog grows in place (10³, then 9·10³ more, …) through the bulk fast path (PostgreSQL
 ``INSERT … SELECT generate_series``; SQLite batched ``executemany``), never through ingest. At each
 size one claimer runs ``--claims`` ``claim_next`` calls, each timed alone; every claimed todo is then
-completed (untimed) so the claimed set stays as small as in a healthy queue. The pick walks the
-partial index ``ix_todos_claimable``, so the figures should stay flat as the backlog grows.
+completed (each complete timed too) so the claimed set stays as small as in a healthy queue. The
+pick walks the partial index ``ix_todos_claimable`` and a complete finds its todo by key, so the
+figures should stay flat as the backlog grows.
 
 Building 10⁶ rows on SQLite costs tens of seconds on a 2-core machine; ``--max`` bounds the largest
 size (and ``--build-seconds`` stops growing once a build step took longer than that).
@@ -30,6 +31,7 @@ from bench.common import (
     bulk_pending,
     engines_of,
     heading,
+    hold_statistics,
     machine,
     make_services,
     new_key,
@@ -142,8 +144,12 @@ async def measure(
                     took = await bulk_pending(db, endpoint.id, tenant.queue, grow, first=inserted)
                     inserted += grow
                     pending += grow
-                if analyze_after and not db.is_sqlite:
+                if not db.is_sqlite and (analyze_after or size == min(sizes)):
                     await analyze(db)
+                    if not analyze_after:
+                        # Stale statistics: those of the smallest size, held while the backlog grows
+                        # (as when autovacuum has not caught up), so plans kept from then are tested.
+                        await hold_statistics(db)
                 plan = await claim_plan(db, endpoint)
                 pending -= 1
                 latencies = Latencies()
@@ -158,8 +164,13 @@ async def measure(
                     if todo is None:
                         break
                     claimed.append(todo["id"])
+                # The completes are timed too: they run where PostgreSQL may keep a plan made at the
+                # first, smallest size (``generic_plans``), which must not scan the grown table.
+                completes = Latencies()
                 for todo_id in claimed:
+                    started = time.perf_counter()
                     await todos.complete(db, endpoint, todo_id)
+                    completes.add(time.perf_counter() - started)
                 pending -= len(claimed)
                 report.add(
                     engine=engine,
@@ -168,6 +179,7 @@ async def measure(
                     build_seconds=round(took, 1),
                     rows_per_second=round(grow / took) if took > 0 else None,
                     **{f"claim_{k}": v for k, v in latencies.summary().items()},
+                    **{f"complete_{k}": v for k, v in completes.summary().items()},
                     analyzed=analyze_after or db.is_sqlite,
                     pick_index=index_walked(plan),
                     plan=plan,
@@ -187,7 +199,8 @@ async def main() -> None:
     p.add_argument(
         "--no-analyze",
         action="store_true",
-        help="PostgreSQL: measure with the statistics autovacuum left, not a fresh ANALYZE",
+        help="PostgreSQL: statistics of the smallest size, held (autovacuum off for the run's tables),"
+        " not a fresh ANALYZE at each size",
     )
     p.add_argument(
         "--build-seconds", type=float, default=300.0, help="stop growing after a slower build step"

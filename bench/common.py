@@ -227,7 +227,7 @@ async def bulk_pending(
     PostgreSQL: one ``INSERT … SELECT … FROM generate_series``. SQLite: batched ``executemany``
     under ``BEGIN IMMEDIATE``. The rows are ordinary todos (oldest first by number) with their
     doorbell already rung (``next_ring_at`` null), so the ring sweeper leaves them alone; ``state``
-    ``done`` makes finished history instead of backlog.
+    ``done`` makes finished history instead of backlog, each todo with the attempt that finished it.
     """
     if state not in ("pending", "done"):
         raise ValueError(f"state must be pending or done, not {state!r}")
@@ -258,6 +258,23 @@ async def bulk_pending(
                     "hi": first + count - 1,
                 },
             )
+            if state == "done":
+                # History as real history is: each finished todo with the attempt that finished it.
+                await s.execute(
+                    text(
+                        """
+                        INSERT INTO attempts (id, todo_id, number, endpoint_id, claimed_at,
+                            lease_expires_at, heartbeats, outcome, ended_at)
+                        SELECT 'at_bench' || lpad(g::text, 12, '0'),
+                            'td_bench' || lpad(g::text, 12, '0'), 1, :endpoint, at, at, 0, 'completed', at
+                        FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g,
+                            LATERAL (
+                                SELECT CAST(:base AS timestamptz) + g * interval '1 millisecond'
+                            ) AS t(at)
+                        """
+                    ),
+                    {"endpoint": endpoint_id, "base": base, "lo": first, "hi": first + count - 1},
+                )
         return time.perf_counter() - started
     # The driver's executemany with the values already in SQLAlchemy's SQLite storage form (the
     # ORM's per-row type processing would triple the cost of a 10^6-row build).
@@ -266,16 +283,23 @@ async def bulk_pending(
         " dead_letter, payload, payload_size, ring_count, next_ring_at, created_at, updated_at)"
         " VALUES (?, ?, ?, 'bench', 'bench', ?, ?, 0, 5, 0, X'7b7d', 2, 0, NULL, ?, ?)"
     )
+    attempts_sql = (
+        "INSERT INTO attempts (id, todo_id, number, endpoint_id, claimed_at, lease_expires_at,"
+        " heartbeats, outcome, ended_at) VALUES (?, ?, 1, ?, ?, ?, 0, 'completed', ?)"
+    )
     base_naive = base.replace(tzinfo=None)
     for lo in range(first, first + count, SQLITE_BATCH):
         hi = min(lo + SQLITE_BATCH, first + count)
-        rows = []
+        rows, attempts = [], []
         for g in range(lo, hi):
             at = (base_naive + timedelta(milliseconds=g)).strftime(SQLITE_TIME)
             rows.append((f"td_bench{g:012d}", endpoint_id, queue, f"bench todo {g}", state, at, at))
+            attempts.append((f"at_bench{g:012d}", f"td_bench{g:012d}", endpoint_id, at, at, at))
         async with db.write() as s:
             conn = await s.connection()
             await conn.exec_driver_sql(sql, rows)
+            if state == "done":
+                await conn.exec_driver_sql(attempts_sql, attempts)
     return time.perf_counter() - started
 
 
@@ -283,6 +307,14 @@ async def analyze(db: Database) -> None:
     """Refresh planner statistics after a bulk load, as autovacuum / a routine ANALYZE would."""
     async with db.write() as s:
         await s.execute(text("ANALYZE"))
+
+
+async def hold_statistics(db: Database) -> None:
+    """PostgreSQL: keep the planner statistics as they are now (no autovacuum ANALYZE of the todo
+    tables for the rest of this private database's life)."""
+    async with db.write() as s:
+        for table in ("todos", "attempts", "replies"):
+            await s.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = off)"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -231,7 +231,18 @@ def other_sections(by: dict[str, list[dict[str, Any]]]) -> list[str]:
         out.append("\n### `claim_next` latency vs pending backlog\n")
         out.append(
             table(
-                ["engine", "statistics", "pending", "claims", "p50 ms", "p99 ms", "build s", "pick walks"],
+                [
+                    "engine",
+                    "statistics",
+                    "pending",
+                    "claims",
+                    "p50 ms",
+                    "p99 ms",
+                    "complete p50 ms",
+                    "complete p99 ms",
+                    "build s",
+                    "pick walks",
+                ],
                 [
                     [
                         ENGINE_LABEL[r["engine"]],
@@ -240,6 +251,8 @@ def other_sections(by: dict[str, list[dict[str, Any]]]) -> list[str]:
                         r.get("claim_n"),
                         r.get("claim_p50_ms"),
                         r.get("claim_p99_ms"),
+                        r.get("complete_p50_ms"),
+                        r.get("complete_p99_ms"),
                         r["build_seconds"],
                         r.get("pick_index", "?"),
                     ]
