@@ -294,11 +294,12 @@ async def bulk_pending(
         for g in range(lo, hi):
             at = (base_naive + timedelta(milliseconds=g)).strftime(SQLITE_TIME)
             rows.append((f"td_bench{g:012d}", endpoint_id, queue, f"bench todo {g}", state, at, at))
-            attempts.append((f"at_bench{g:012d}", f"td_bench{g:012d}", endpoint_id, at, at, at))
+            if state == "done":
+                attempts.append((f"at_bench{g:012d}", f"td_bench{g:012d}", endpoint_id, at, at, at))
         async with db.write() as s:
             conn = await s.connection()
             await conn.exec_driver_sql(sql, rows)
-            if state == "done":
+            if attempts:
                 await conn.exec_driver_sql(attempts_sql, attempts)
     return time.perf_counter() - started
 
