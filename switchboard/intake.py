@@ -35,11 +35,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from switchboard.ingest_config import Target, WebhookConfig
-from switchboard.models import Endpoint, Todo
+from switchboard.models import Endpoint
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import clean_line, redact_headers, storable_encoded
 from switchboard.services import Services
-from switchboard.todos import new_todo_row
+from switchboard.todos import new_todo_values
 from switchboard.trust import ActorVerdict, judge
 
 log = logging.getLogger("switchboard.intake")
@@ -466,7 +466,7 @@ def todo_rows(decided: Plan, content: Content) -> list[dict[str, Any]]:
     }
     hold = decided.hold
     if hold is not None:
-        held = new_todo_row(
+        held = new_todo_values(
             endpoint_id=hold.endpoint_id,
             queue=HOLD_QUEUE,
             hold_reason=hold.reason,
@@ -474,9 +474,9 @@ def todo_rows(decided: Plan, content: Content) -> list[dict[str, Any]]:
             hold_expires_at=content.now + HOLD_TTL,
             **common,
         )
-        return [_values(held)]
+        return [held]
     return [
-        _values(new_todo_row(endpoint_id=m.target.endpoint_id, queue=m.queue, once_key=m.once_key, **common))
+        new_todo_values(endpoint_id=m.target.endpoint_id, queue=m.queue, once_key=m.once_key, **common)
         for m in decided.mints
     ]
 
@@ -500,8 +500,3 @@ def answered(
             todo_id = into
         out.append({"id": todo_id, "endpoint": mint.target.slug, "queue": mint.queue, "created": created})
     return out
-
-
-def _values(todo: Todo) -> dict[str, Any]:
-    """The column values ``new_todo_row`` set, as the writer's multi-row insert takes them."""
-    return {k: v for k, v in vars(todo).items() if not k.startswith("_")}

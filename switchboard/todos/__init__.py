@@ -17,6 +17,7 @@ from switchboard.todos.create import (
     TITLE_LIMIT,
     encode_payload,
     new_todo_row,
+    new_todo_values,
     push,
 )
 from switchboard.todos.lifecycle import (
@@ -97,6 +98,7 @@ __all__ = [
     "list_in_scopes",
     "list_todos",
     "new_todo_row",
+    "new_todo_values",
     "operator_row",
     "parse_time",
     "payload_of",
