@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FULL: list[tuple[str, list[str]]] = [
     ("ingest", ["--db", "both", "--senders", "1,8,32", "--deliveries", "6000", "--seconds", "45"]),
     ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "20", "--mcp"]),
+    ("calls", ["--db", "both", "--calls", "1000", "--rounds", "3"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     ("backlog", ["--db", "sqlite", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
     (
@@ -41,6 +42,7 @@ FULL: list[tuple[str, list[str]]] = [
 QUICK: list[tuple[str, list[str]]] = [
     ("ingest", ["--db", "both", "--quick"]),
     ("claim", ["--db", "both", "--quick"]),
+    ("calls", ["--db", "both", "--quick"]),
     ("backlog", ["--db", "both", "--sizes", "1000,10000", "--claims", "50"]),
     ("doorbell", ["--db", "both", "--deliveries", "20"]),
     ("reply", ["--db", "both", "--quick"]),

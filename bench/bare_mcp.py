@@ -10,10 +10,15 @@ SDK's dispatch.
 
 ``claim_next`` takes ``max`` (1-50) and then answers ``{"todos": [...]}``, so the ``max=10`` floor
 is measured too. Run as ``python -m bench.bare_mcp`` with ``SWITCHBOARD_HOST``/``SWITCHBOARD_PORT``.
+
+``BENCH_FLOOR_DELAY_MS`` (default 0) makes every tool call wait that long before it answers, doing
+nothing: ``bench/calls.py`` uses it to show what waiting alone (as for a database's answer) costs
+the server and the client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -99,8 +104,13 @@ async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> t
     return types.ListToolsResult(tools=TOOLS)
 
 
+DELAY_SECONDS = float(os.environ.get("BENCH_FLOOR_DELAY_MS", "0")) / 1000
+
+
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     arguments = params.arguments or {}
+    if DELAY_SECONDS > 0:
+        await asyncio.sleep(DELAY_SECONDS)
     if params.name == "claim_next":
         if "max" in arguments:
             return _result({"todos": [_todo("claimed") for _ in range(int(arguments["max"]))]})

@@ -185,6 +185,40 @@ def claim_section(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+CALL_KINDS = {
+    "refused": "a call refused (`complete` without `todo_id`): the MCP path, no statement",
+    "empty claim": "`claim_next` finding nothing: one claim statement",
+    "cycle": "`claim_next` + `complete`, per call",
+    "floor cycle": "bare MCP SDK floor: the same loop, per call",
+    "floor cycle, waiting": "the floor, each call waiting {delay} ms first (doing nothing)",
+}
+
+
+def calls_section(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    body = []
+    for r in rows:
+        what = CALL_KINDS.get(r["kind"], r["kind"]).format(delay=r.get("delay_ms"))
+        body.append(
+            [
+                ENGINE_LABEL.get(r["engine"], r["engine"]),
+                what,
+                r.get("server_cpu_ms_per_call"),
+                r.get("client_cpu_ms_per_call"),
+                r.get("database_cpu_ms_per_call"),
+                r.get("wall_ms_per_call"),
+            ]
+        )
+    return [
+        "\n### One agent's calls over MCP, one at a time (ms per tool call)\n",
+        table(["engine", "call", "server CPU", "client CPU", "PostgreSQL CPU", "wall"], body),
+        f"\nThe median of {rows[0]['rounds']} rounds of {rows[0]['calls']} calls each, the rows of a "
+        "round run one after another (`bench/calls.py`). The waiting floor shows what a call's wait "
+        "alone costs the server and the client on this machine.",
+    ]
+
+
 def crash_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
@@ -318,6 +352,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     out = machine_line(rows)
     out += ingest_section(by.get("ingest", []))
     out += claim_section(by.get("claim_cycles", []))
+    out += calls_section(by.get("mcp_calls", []))
     out += other_sections(by)
     out += crash_section(by.get("crash", []))
     return "\n".join(out)
