@@ -16,9 +16,9 @@ median of the rounds reported):
 * ``cycle``: ``claim_next`` then ``complete`` of the todo it brought, per call (the agent's loop).
 * ``floor cycle``: the same loop against ``bench/bare_mcp.py`` (the SDK serving two no-op tools of
   those names, no store), per call.
-* ``floor cycle, waiting``: the floor again, each call answered only after the extra time a
-  Switchboard call takes over a floor call (measured before the rounds; ``BENCH_FLOOR_DELAY_MS``),
-  doing nothing meanwhile. On this machine a process that waits pays for it: each sleep and wake
+* ``floor cycle, waiting``: the floor again, each call waiting first, doing nothing, so that it
+  takes as long as a Switchboard call (the wait is searched for before the rounds;
+  ``BENCH_FLOOR_DELAY_MS``). On this machine a process that waits pays for it: each sleep and wake
   costs CPU, in the server and in the client, so this row separates what Switchboard's waits for
   its database cost from the work it does.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import statistics
 import sys
 import tempfile
@@ -64,6 +65,8 @@ WARM_UP = 50
 # Cycles timed on each side to find how much longer a Switchboard call takes than a floor call.
 CALIBRATION = 100
 WAITING = "floor cycle, waiting"
+# Servers tried while searching for the waiting floor's delay.
+SEARCH_STEPS = 6
 
 
 async def refused(client: Any) -> None:
@@ -96,31 +99,34 @@ def medians(samples: list[dict[str, float]]) -> dict[str, float]:
     return {key: round(statistics.median(s[key] for s in samples), 3) for key in samples[0]}
 
 
-async def waiting_floor(
-    stack: contextlib.AsyncExitStack, log_dir: Path, target_ms: float, floor_ms: float
-) -> tuple[Any, Any, float]:
-    """A floor server whose calls wait until a call takes ``target_ms`` (Switchboard's wall time
-    per call), and a client session on it: ``(server, client, delay)``. An asyncio sleep rounds
-    up to the event loop's timer resolution, so the first delay (the gap between the two walls) is
-    corrected once by what it overshot."""
-    delay = max(0.0, target_ms - floor_ms)
-    for attempt in range(2):
-        inner = contextlib.AsyncExitStack()
-        env = {"BENCH_FLOOR_DELAY_MS": f"{delay:.3f}"}
-        server = await inner.enter_async_context(
-            server_process(None, None, module="bench.bare_mcp", log_dir=log_dir, env=env)
-        )
-        client = await inner.enter_async_context(mcp_client(server.base_url, "bare"))
+async def _floor_wall(log_dir: Path, delay_ms: float) -> float:
+    """Wall time per call of a floor whose calls wait ``delay_ms`` (a short-lived server)."""
+    env = {"BENCH_FLOOR_DELAY_MS": f"{delay_ms:.3f}"}
+    async with (
+        server_process(None, None, module="bench.bare_mcp", log_dir=log_dir, env=env) as server,
+        mcp_client(server.base_url, "bare") as client,
+    ):
         for _ in range(WARM_UP // 2):
             await cycle(client)
         probe = await timed(functools.partial(cycle, client), CALIBRATION // 2, 2, CpuMeter())
-        wall = probe["wall_ms_per_call"]
-        if attempt == 1 or delay == 0 or abs(wall - target_ms) <= 0.1 * target_ms:
-            await stack.enter_async_context(inner)
-            return server, client, delay
-        await inner.aclose()
-        delay = max(0.0, delay - (wall - target_ms))
-    raise AssertionError("unreachable")
+        return probe["wall_ms_per_call"]
+
+
+async def waiting_delay(log_dir: Path, target_ms: float, floor_ms: float) -> float:
+    """The wait that makes a floor call take ``target_ms`` (Switchboard's wall time per call). An
+    asyncio sleep rounds up to the event loop's timer resolution, so it is searched for (bisection
+    between no wait and the whole gap, whose wall is at least the target), not computed."""
+    low, high = 0.0, max(0.0, target_ms - floor_ms)
+    best, best_miss = high, math.inf
+    for _ in range(SEARCH_STEPS):
+        delay = (low + high) / 2
+        wall = await _floor_wall(log_dir, delay)
+        if abs(wall - target_ms) < best_miss:
+            best, best_miss = delay, abs(wall - target_ms)
+        if best_miss <= 0.05 * target_ms:
+            break
+        low, high = (delay, high) if wall < target_ms else (low, delay)
+    return best
 
 
 async def measure(engine: str, calls: int, rounds: int, report: Report) -> None:
@@ -165,9 +171,20 @@ async def measure(engine: str, calls: int, rounds: int, report: Report) -> None:
                         await warm_call()
                 ours = await timed(lambda: cycle(agent), CALIBRATION // 2, 2, CpuMeter())
                 floor = await timed(lambda: cycle(floor_agent), CALIBRATION // 2, 2, CpuMeter())
-                waiting, waiting_agent, delay = await waiting_floor(
-                    stack, Path(log_dir), ours["wall_ms_per_call"], floor["wall_ms_per_call"]
+                target, floor_wall = ours["wall_ms_per_call"], floor["wall_ms_per_call"]
+                delay = await waiting_delay(Path(log_dir), target, floor_wall)
+                waiting = await stack.enter_async_context(
+                    server_process(
+                        None,
+                        None,
+                        module="bench.bare_mcp",
+                        log_dir=Path(log_dir),
+                        env={"BENCH_FLOOR_DELAY_MS": f"{delay:.3f}"},
+                    )
                 )
+                waiting_agent = await stack.enter_async_context(mcp_client(waiting.base_url, "bare"))
+                for _ in range(WARM_UP // 2):
+                    await cycle(waiting_agent)
                 pid, bare_pid = server.process.pid, bare.process.pid
                 kinds: list[tuple[str, str, Callable[[], Awaitable[None]], int, int, bool]] = [
                     ("switchboard", "refused", lambda: refused(agent), 1, pid, postgres),
