@@ -14,7 +14,7 @@ from switchboard.db import Database, utcnow
 from switchboard.mcp import doorbell
 from switchboard.models import Endpoint, Todo
 from switchboard.services import Services
-from switchboard.testing import add_todo, connect, vend
+from switchboard.testing import add_todo, connect, vend, watch_statements
 
 FORGE = {
     "kind": "forge_comment",
@@ -216,6 +216,31 @@ async def test_pending_todos_are_rerung_on_a_backoff_at_most_five_times(
             )
         assert await agent.listener.silence(2.5)
     assert services.metrics.value("switchboard_doorbells_total", outcome="rerung") == 4
+
+
+async def test_a_ring_reads_what_it_announces_not_the_payload(
+    db: Database, services: Services, base_url: str, bell: doorbell.Doorbell
+) -> None:
+    """A ring, and the sweep's re-ring, read the todo's id, queue, kind, source, title and reply
+    kind, never its payload (a webhook's whole body; a sweep reads up to 200 todos a pass)."""
+    ep, token = await vend(db, families=["reply"])
+    async with connect(base_url, token, ep) as agent:
+        await listening(bell, ep)
+        todo = await add_todo(db, ep, title="big", payload={"body": "x" * 50_000}, reply_to=FORGE)
+        with watch_statements(db) as seen:
+            await bell.ring_ids([todo.id])
+            first = await agent.listener.next_ring()
+            due = utcnow() - timedelta(seconds=1)
+            async with db.write() as s:
+                await s.execute(update(Todo).where(Todo.id == todo.id).values(next_ring_at=due))
+            # This sweep or the background one (every 2 s) re-rings it; either reads as a sweep.
+            await bell.sweep()
+            again = await agent.listener.next_ring(timeout=4.0)
+    assert first.meta["todo_id"] == again.meta["todo_id"] == todo.id
+    assert first.meta["reply_to"] == "forge_comment" and "[big]" in first.content
+    reads = [sql for sql in seen.through_sqlalchemy if sql.lstrip().upper().startswith("SELECT")]
+    assert len([sql for sql in reads if "FROM todos" in sql]) >= 2
+    assert not [sql for sql in reads if "todos.payload" in sql]
 
 
 async def test_a_requeued_todo_rings_again(

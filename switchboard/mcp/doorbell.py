@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Table, select, text, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import load_only
 
 from switchboard.db import is_unavailable, utcnow
 from switchboard.models import Todo
@@ -95,6 +96,23 @@ def neutralise(value: Any, limit: int = 300) -> str:
     # The replacement has no "<", so it cannot combine with its neighbours into a new tag.
     flat = _CHANNEL_TAG.sub("[/channel]", flat)
     return flat[:limit]
+
+
+# What a ring reads of a todo: the columns ``_ring`` and ``ring_params`` use, not the payload (a
+# webhook's body, often tens of KB, which a sweep would otherwise read for up to 200 todos a
+# pass). Any other attribute raises instead of loading lazily.
+_RING_COLUMNS = load_only(
+    Todo.id,
+    Todo.endpoint_id,
+    Todo.queue,
+    Todo.kind,
+    Todo.source,
+    Todo.title,
+    Todo.reply_to,
+    Todo.ring_count,
+    Todo.created_at,
+    raiseload=True,
+)
 
 
 def ring_params(todo: Todo) -> dict[str, Any]:
@@ -202,6 +220,7 @@ class Doorbell:
             todos = (
                 await s.scalars(
                     select(Todo)
+                    .options(_RING_COLUMNS)
                     .where(
                         Todo.id.in_(ids),
                         Todo.endpoint_id.in_(list(listening)),
@@ -227,6 +246,7 @@ class Doorbell:
             todos = (
                 await s.scalars(
                     select(Todo)
+                    .options(_RING_COLUMNS)
                     .where(
                         Todo.state == "pending",
                         Todo.next_ring_at <= now,
@@ -253,6 +273,7 @@ class Doorbell:
                 todos = (
                     await s.scalars(
                         select(Todo)
+                        .options(_RING_COLUMNS)
                         .where(
                             Todo.endpoint_id == session.endpoint_id,
                             Todo.queue.in_(session.queues),
