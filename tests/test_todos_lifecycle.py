@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from switchboard.errors import SwitchboardError
 from switchboard.ids import token_hash
 from switchboard.models import Attempt, Todo
 from switchboard.services import Services
-from switchboard.testing import add_todo, vend
+from switchboard.testing import add_todo, vend, watch_statements
 
 
 async def _todo(db: Database, todo_id: str) -> Todo:
@@ -224,3 +225,34 @@ async def test_lifecycle_pass_requeues_and_rings(services: Services) -> None:
     assert heard == [[todo.id]]
     row = await _todo(db, todo.id)
     assert (row.state, row.ring_count, row.next_retry_at) == ("pending", 0, None)
+
+
+async def test_lists_and_the_background_passes_leave_payloads_and_results_in_the_database(
+    db: Database,
+) -> None:
+    """The agent's list, the operators' list, the lease reaper and the retry scheduler show or move
+    many todos at once and never a payload or a result: their reads name neither column (a payload
+    is a webhook's body, often tens of KB; a list reads up to 200 rows)."""
+    ep, _ = await vend(db)
+    big = {"body": "x" * 50_000}
+    listed = await add_todo(db, ep, payload=big)
+    leased = await add_todo(db, ep, payload=big)
+    retried = await add_todo(db, ep, payload=big)
+    await todos.claim(db, ep, leased.id, lease_seconds=1)
+    await todos.claim(db, ep, retried.id)
+    await todos.fail(db, ep, retried.id, error="try again")
+    later = utcnow() + timedelta(hours=1)
+    with watch_statements(db) as seen:
+        rows = await todos.list_todos(db, ep)
+        page = await todos.list_in_scopes(db, scopes=None)
+        assert await todos.reap_leases(db, later) == [leased.id]
+        assert await todos.schedule_retries(db, later) == [retried.id]
+    assert {r["id"] for r in rows} == {listed.id, leased.id, retried.id}
+    assert {r["id"] for r in page.rows} == {listed.id, leased.id, retried.id}
+    assert all(r["payload_size"] > 50_000 for r in rows)
+    reads = [sql for sql in seen.through_sqlalchemy if "FROM todos" in sql]
+    assert len(reads) >= 4
+    assert not [sql for sql in reads if re.search(r"todos\.(payload|result)\b", sql)]
+    # The bodies are still there for the reads that show them.
+    detail = await todos.get_todo(db, ep, listed.id)
+    assert detail["payload"] == big

@@ -23,7 +23,14 @@ from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
 from switchboard.todos.batching import claim_rows, complete_row
 from switchboard.todos.statements import add_attempt, update_open_attempt
-from switchboard.todos.views import not_held, payload_of, replies_summary, todo_detail, todo_row
+from switchboard.todos.views import (
+    WITHOUT_BODIES,
+    not_held,
+    payload_of,
+    replies_summary,
+    todo_detail,
+    todo_row,
+)
 
 STATES = ("pending", "claimed", "done", "failed", "cancelled")
 LIST_LIMIT_DEFAULT = 50
@@ -190,7 +197,7 @@ async def list_todos(
     db: Database, endpoint: Endpoint, *, queue: Any = None, state: Any = None, limit: Any = None
 ) -> list[dict[str, Any]]:
     """The endpoint's todos, newest first, without payloads."""
-    query = select(Todo).where(Todo.endpoint_id == endpoint.id, not_held())
+    query = select(Todo).options(*WITHOUT_BODIES).where(Todo.endpoint_id == endpoint.id, not_held())
     if queue is not None:
         query = query.where(Todo.queue == _granted_queue(endpoint, queue))
     if state is not None:
@@ -450,6 +457,7 @@ async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
         todos = (
             await s.scalars(
                 select(Todo)
+                .options(*WITHOUT_BODIES)
                 .where(Todo.state == "claimed", Todo.lease_expires_at <= now)
                 .order_by(Todo.lease_expires_at)
                 .limit(SWEEP_BATCH)
@@ -479,6 +487,7 @@ async def schedule_retries(db: Database, now: datetime | None = None) -> list[st
         todos = (
             await s.scalars(
                 select(Todo)
+                .options(*WITHOUT_BODIES)
                 .where(Todo.state == "failed", Todo.next_retry_at <= now, Todo.dead_letter.is_(False))
                 .order_by(Todo.next_retry_at)
                 .limit(SWEEP_BATCH)

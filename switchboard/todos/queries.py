@@ -21,7 +21,7 @@ from switchboard.errors import invalid, not_found
 from switchboard.models import Endpoint, Event, Todo, TodoEvent
 from switchboard.paging import Page, check_page
 from switchboard.tenancy import Owner, scope_filter
-from switchboard.todos.views import not_held, replies_summary, todo_detail, todo_row
+from switchboard.todos.views import WITHOUT_BODIES, not_held, replies_summary, todo_detail, todo_row
 
 OPERATOR_LIMIT_MAX = 1000
 # The states a listing filters by: ``dead`` is the dead letters (failed, never retried again),
@@ -173,7 +173,7 @@ async def scoped_page(
     before, after, limit = check_page(before, after, limit, OPERATOR_LIMIT_MAX)
     where = await conditions(s, scopes, filters or TodoFilter())
     key = tuple_(Todo.created_at, Todo.id)
-    query = _joined(Todo, Endpoint).where(*where)
+    query = _joined(Todo, Endpoint).options(*WITHOUT_BODIES).where(*where)
     if after is not None:
         cursor = tuple_(*await _cursor_key(s, scopes, after))
         found = (

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
 
 from switchboard.db import rfc3339
 from switchboard.models import Attempt, Reply, Todo
@@ -17,6 +18,12 @@ from switchboard.models import Attempt, Reply, Todo
 # A held todo is quarantined (docs/routing.md, "Quarantine"): the human's to release or discard.
 # No agent verb lists, shows, claims or touches one, and the board keeps it to the quarantine list.
 HELD = "held"
+
+
+# For reads of many todos that are shown as ``todo_row``/``operator_row`` or only change state (lists,
+# the board, the lease reaper, the retry scheduler): the payload (a webhook's body, often tens of
+# KB) and the result stay in the database. Touching either on such a row raises, never loads.
+WITHOUT_BODIES = (defer(Todo.payload, raiseload=True), defer(Todo.result, raiseload=True))
 
 
 def not_held() -> ColumnElement[bool]:
