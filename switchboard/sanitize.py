@@ -114,7 +114,7 @@ def _orjson_encoded(payload: Any) -> bytes | None:
 # For ``_nests_deeper``: every bracket kept (as ``{`` / ``}``), and quotes; everything else deleted.
 _AS_BRACES = bytes.maketrans(b"[]", b"{}")
 _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"{}[]')
-# A backslash and the character it escapes (``\\uXXXX``'s hex digits are never structure).
+# A backslash and the character it escapes (``\uXXXX``'s hex digits are never structure).
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 
 
@@ -122,14 +122,14 @@ def _nests_deeper(encoded: bytes, limit: int) -> bool:
     """Whether the arrays and objects of compact JSON text nest more than ``limit`` deep, read
     from the bytes (a walk of the decoded structure costs more than encoding it).
 
-    With every escape gone, every quote left opens or closes a string; only
-    the quotes and brackets are kept, and the brackets between quotes (inside strings) dropped.
+    With every escape gone, every quote left opens or closes a string; only the quotes and
+    brackets are kept, and the brackets between quotes (inside strings) dropped.
     Each pass that deletes every adjacent ``{}`` removes exactly one level (the innermost of every
     branch), so the brackets are gone after as many passes as the deepest nesting."""
     if b"\\" in encoded:
         # Only then can a quote be escaped. Every escape goes, read left to right as a JSON reader
-        # reads it (in ``\\\\"`` an escaped backslash, then a real quote). The one-byte test is a
-        # memchr; a search for the two bytes ``\\"`` took as long as the rest of this function.
+        # reads it (in ``\\"`` an escaped backslash, then a real quote). The one-byte test is a
+        # memchr; a search for the two bytes ``\"`` took as long as the rest of this function.
         encoded = _ESCAPE.sub(b"", encoded)
     marks = encoded.translate(_AS_BRACES, _NOT_STRUCTURE)
     if marks.count(b"{") <= limit:
