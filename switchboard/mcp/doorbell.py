@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Table, select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import load_only
 
 from switchboard.db import is_unavailable, utcnow
 from switchboard.models import Todo
 from switchboard.services import Services
+from switchboard.todos.views import WITHOUT_BODIES
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
@@ -96,23 +96,6 @@ def neutralise(value: Any, limit: int = 300) -> str:
     # The replacement has no "<", so it cannot combine with its neighbours into a new tag.
     flat = _CHANNEL_TAG.sub("[/channel]", flat)
     return flat[:limit]
-
-
-# What a ring reads of a todo: the columns ``_ring`` and ``ring_params`` use, not the payload (a
-# webhook's body, often tens of KB, which a sweep would otherwise read for up to 200 todos a
-# pass). Any other attribute raises instead of loading lazily.
-_RING_COLUMNS = load_only(
-    Todo.id,
-    Todo.endpoint_id,
-    Todo.queue,
-    Todo.kind,
-    Todo.source,
-    Todo.title,
-    Todo.reply_to,
-    Todo.ring_count,
-    Todo.created_at,
-    raiseload=True,
-)
 
 
 def ring_params(todo: Todo) -> dict[str, Any]:
@@ -220,7 +203,7 @@ class Doorbell:
             todos = (
                 await s.scalars(
                     select(Todo)
-                    .options(_RING_COLUMNS)
+                    .options(*WITHOUT_BODIES)
                     .where(
                         Todo.id.in_(ids),
                         Todo.endpoint_id.in_(list(listening)),
@@ -246,7 +229,7 @@ class Doorbell:
             todos = (
                 await s.scalars(
                     select(Todo)
-                    .options(_RING_COLUMNS)
+                    .options(*WITHOUT_BODIES)
                     .where(
                         Todo.state == "pending",
                         Todo.next_ring_at <= now,
@@ -273,7 +256,7 @@ class Doorbell:
                 todos = (
                     await s.scalars(
                         select(Todo)
-                        .options(_RING_COLUMNS)
+                        .options(*WITHOUT_BODIES)
                         .where(
                             Todo.endpoint_id == session.endpoint_id,
                             Todo.queue.in_(session.queues),

@@ -20,9 +20,10 @@ from switchboard.models import Attempt, Reply, Todo
 HELD = "held"
 
 
-# For reads of many todos that are shown as ``todo_row``/``operator_row`` or only change state (lists,
-# the board, the lease reaper, the retry scheduler): the payload (a webhook's body, often tens of
-# KB) and the result stay in the database. Touching either on such a row raises, never loads.
+# For reads of many todos that are shown as ``todo_row``/``operator_row``, announced or only change
+# state (lists, the board, the doorbell's rings and sweeps, the lease reaper, the retry scheduler):
+# the payload (a webhook's body, often tens of KB) and the result stay in the database. Touching
+# either on such a row raises, never loads.
 WITHOUT_BODIES = (defer(Todo.payload, raiseload=True), defer(Todo.result, raiseload=True))
 
 
