@@ -20,7 +20,7 @@ added to the todo since the read), the todo is still under its cap, and the todo
 checks saw it (state, lease, fence, finisher). A second identical call inserts the same (todo,
 key) and fails on the unique index, which the caller answers with the first call's outcome. When
 the take finds a change it writes nothing, and the reply runs again as one transaction that holds
-the todo ``FOR UPDATE`` from the read to the commit (``CONTEXT_LOCKED``); there the bucket may
+the todo ``FOR NO KEY UPDATE`` from the read to the commit (``CONTEXT_LOCKED``); there the bucket may
 still have moved (the bucket is per endpoint, so replies on *other* todos of the endpoint race on
 it without sharing the todo's lock), and the caller decides from locked rows (``replies_now``,
 ``lock_bucket``, ``spend_locked``, ``insert_pending``).
@@ -173,8 +173,11 @@ CONTEXT = (
     .where(T.id == bindparam("todo_id", type_=String))
     .order_by(C.created_at, C.id)
 )
-# Only the todo: concurrent replies of one todo take turns from here to the commit.
-CONTEXT_LOCKED = CONTEXT.with_for_update(of=_TODOS)
+# Only the todo: concurrent replies of one todo take turns from here to the commit, and so do its
+# lifecycle updates. FOR NO KEY UPDATE, not FOR UPDATE: an unlocked reply's insert share-locks the
+# todo for its foreign key after taking the endpoint's bucket, and FOR UPDATE would make it wait
+# for this transaction while this one waits for the bucket (a deadlock, seen once in CI).
+CONTEXT_LOCKED = CONTEXT.with_for_update(of=_TODOS, key_share=True)
 
 
 # A row's candidate columns, in Candidate's field order.

@@ -12,8 +12,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import bindparam, delete, func, literal_column, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import make_url
 
 from switchboard import connections as conn
 from switchboard import reply
@@ -168,6 +171,39 @@ async def test_concurrent_replies_on_one_todo_never_pass_its_cap(
     assert len(fake_slack.posts()) == 3
     async with db.read() as s:
         assert len((await s.scalars(select(Reply.id).where(Reply.todo_id == todo.id))).all()) == 3
+
+
+async def test_a_locked_reply_does_not_block_an_unlocked_one_on_the_same_todo(
+    services: Any, db: Any, guarded: Any, fake_slack: FakeProvider
+) -> None:
+    """PostgreSQL. The locked retry holds the todo from its read to its commit; an unlocked reply
+    takes the endpoint's bucket, then inserts its row, whose foreign key share-locks the todo. Had
+    the retry's lock conflicted with that share lock, the two would wait on each other as soon as
+    the retry reached for the bucket: a deadlock (seen once in CI). The retry's lock must let the
+    key check through while still making concurrent retries and lifecycle updates of the todo
+    take turns."""
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's row locks (SQLite's writers take turns)")
+    endpoint = await slack_world(services, db)
+    todo = await claimed_todo(db, endpoint, slack_address())
+    # The lock clause the locked read takes, as PostgreSQL is sent it.
+    locked_sql = str(statements.CONTEXT_LOCKED.compile(dialect=postgresql.asyncpg.dialect()))
+    clause = locked_sql[locked_sql.rindex(" FOR ") :]
+    dsn = make_url(db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+    holder, other = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute(f"SELECT 1 FROM todos WHERE id = $1{clause}", todo.id)
+            # While the todo is held as the locked retry holds it, an unlocked reply goes through.
+            result = await asyncio.wait_for(reply.send_reply(services, endpoint, todo.id, "through"), 10)
+            assert result["state"] == "sent"
+            # And the lock still excludes another locked read of the todo.
+            with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
+                async with other.transaction():
+                    await other.execute(f"SELECT 1 FROM todos WHERE id = $1{clause} NOWAIT", todo.id)
+    finally:
+        await holder.close()
+        await other.close()
 
 
 async def test_concurrent_replies_on_many_todos_spend_the_bucket_exactly(
