@@ -27,6 +27,7 @@ execution machinery: their Core statements are compiled once per engine (``Prepa
 the driver's own connection (``run_sqlite``: the whole write transaction in one hand-off to the
 SQLite writer's thread; ``run_postgresql``: asyncpg's prepared statements on one pooled
 connection). Same SQL, same type processing, same writer turn; a fraction of the per-statement cost.
+The reads every request makes run the same way on a read connection (``read_steps``).
 """
 
 from __future__ import annotations
@@ -371,18 +372,7 @@ class Database:
         self, conn: sqlite3.Connection, works: list[Callable[[SQLiteRun], Any]]
     ) -> list[Outcome]:
         """On the writer's thread: each work under its own savepoint, all in one transaction."""
-        taps = self.statement_taps
-
-        def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
-            prepared = self._prepare(statement)
-            args = prepared.args(values)
-            for tap in taps:
-                tap(prepared.sql, args)
-            try:
-                return prepared.rows(conn.execute(prepared.sql, args).fetchall())
-            except sqlite3.Error as exc:
-                raise DBAPIError.instance(prepared.sql, args, exc, sqlite3.Error) from exc
-
+        run = self._sqlite_runner(conn)
         outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -436,22 +426,7 @@ class Database:
             pooled = await engine.raw_connection()
             # Any: asyncpg ships no type information (pyproject's mypy section).
             driver: Any = pooled.driver_connection
-            taps = self.statement_taps
-
-            async def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
-                prepared = self._prepare(statement)
-                args = prepared.args(values)
-                for tap in taps:
-                    tap(prepared.sql, args)
-                try:
-                    fetched = await driver.fetch(prepared.sql, *args)
-                except Exception as exc:
-                    closed = bool(driver.is_closed())
-                    raise DBAPIError.instance(
-                        prepared.sql, args, exc, Exception, connection_invalidated=closed
-                    ) from exc
-                return prepared.rows(fetched)
-
+            run = self._asyncpg_runner(driver)
             unusable = False
             try:
                 if not transaction:
@@ -467,6 +442,80 @@ class Database:
                 # The pool's check-in is synchronous code that may await the driver (closing an
                 # overflow connection), so it runs under greenlet_spawn, as AsyncConnection's does.
                 await greenlet_spawn(pooled.invalidate if unusable else pooled.close)
+
+    def _sqlite_runner(self, conn: sqlite3.Connection) -> SQLiteRun:
+        """Direct statements on a sqlite3 connection (on its aiosqlite thread)."""
+        taps = self.statement_taps
+
+        def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
+            prepared = self._prepare(statement)
+            args = prepared.args(values)
+            for tap in taps:
+                tap(prepared.sql, args)
+            try:
+                return prepared.rows(conn.execute(prepared.sql, args).fetchall())
+            except sqlite3.Error as exc:
+                raise DBAPIError.instance(prepared.sql, args, exc, sqlite3.Error) from exc
+
+        return run
+
+    def _asyncpg_runner(self, driver: Any) -> PostgreSQLRun:
+        """Direct statements on an asyncpg connection, each in autocommit unless in a transaction."""
+        taps = self.statement_taps
+
+        async def run(statement: ClauseElement, values: Mapping[str, Any]) -> list[Any]:
+            prepared = self._prepare(statement)
+            args = prepared.args(values)
+            for tap in taps:
+                tap(prepared.sql, args)
+            try:
+                fetched = await driver.fetch(prepared.sql, *args)
+            except Exception as exc:
+                closed = bool(driver.is_closed())
+                raise DBAPIError.instance(
+                    prepared.sql, args, exc, Exception, connection_invalidated=closed
+                ) from exc
+            return prepared.rows(fetched)
+
+        return run
+
+    async def read_steps(self, steps: Steps[T]) -> T:
+        """Run ``steps`` (reads only) on a read connection's driver directly: on SQLite all of them
+        in one hand-off to that connection's thread (which ``PRAGMA query_only`` keeps from
+        writing), on PostgreSQL each in autocommit on one pooled asyncpg connection, as ``read()``.
+
+        For the reads that requests make on every call (an MCP request's endpoint, ingest's echo
+        check): through a session, one single-row read cost the event loop 1.1-1.5 ms of CPU on
+        SQLite (a hand-off to the thread for the cursor, the statement, the fetch and the cursor's
+        close) and 0.5-0.6 ms on PostgreSQL; this way 0.2 and 0.15 (bench/README.md)."""
+        pooled = await self.engine.raw_connection()
+        # Any: aiosqlite's or asyncpg's connection, neither typed for this use.
+        driver: Any = pooled.driver_connection
+        unusable = False
+        try:
+            if not self.is_sqlite:
+                return await drive_async(self._asyncpg_runner(driver), steps)
+            try:
+                # aiosqlite's own queue to its thread, as ``_sqlite_writes``.
+                work = functools.partial(self._sqlite_read, steps=steps)
+                done: T = await driver._execute(work, driver._conn)
+            except ValueError as exc:
+                if str(exc).lower() not in ("no active connection", "connection closed"):
+                    raise
+                unusable = True
+                raise OperationalError("SELECT", (), exc) from exc
+            return done
+        except BaseException as exc:
+            # As ``run_postgresql``: an asyncpg statement interrupted or a closed connection leaves
+            # it in no known state. (A SQLite read cancelled here still ends on its thread.)
+            if not self.is_sqlite:
+                unusable = unusable or not isinstance(exc, Exception) or bool(driver.is_closed())
+            raise
+        finally:
+            await greenlet_spawn(pooled.invalidate if unusable else pooled.close)
+
+    def _sqlite_read(self, conn: sqlite3.Connection, steps: Steps[T]) -> T:
+        return drive(self._sqlite_runner(conn), steps)
 
     async def run_steps(self, steps: Steps[T], *, transaction: bool, generic_plans: bool = False) -> T:
         """Run ``steps`` (``switchboard.direct.Steps``) as one write on the driver directly: on

@@ -17,12 +17,16 @@ from collections import namedtuple
 from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
+from sqlalchemy import inspect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 K = TypeVar("K", bound=Hashable)
+M = TypeVar("M")
 R = TypeVar("R")
 # A direct statement's runner, as ``run_sqlite`` / ``run_postgresql`` hand it to the work: a Core
 # statement and its bind values in, its rows out (named tuples, read by attribute like a Row).
@@ -217,3 +221,20 @@ def on(conn: AsyncConnection) -> AsyncRun:
         return result.all() if result.returns_rows else []
 
     return run
+
+
+def mapped_columns(cls: type[Any]) -> list[Any]:
+    """Every column of an ORM class, labelled with its attribute's name: a direct statement's
+    select list whose rows ``loaded`` turns back into objects of the class."""
+    return [prop.columns[0].label(prop.key) for prop in inspect(cls).column_attrs]
+
+
+def loaded(cls: type[M], row: Any) -> M:
+    """The object of ``cls`` a session would have loaded from ``row`` (a direct statement's row of
+    ``mapped_columns(cls)``), as it is once that session has closed: detached, every column set,
+    nothing pending, so nothing is written if it is later added to a session unchanged."""
+    instance = inspect(cls).class_manager.new_instance()
+    for key, value in row._asdict().items():
+        set_committed_value(instance, key, value)
+    make_transient_to_detached(instance)
+    return cast(M, instance)

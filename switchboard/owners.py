@@ -15,6 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from switchboard import bearers
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
@@ -87,11 +88,7 @@ async def list_humans(db: Database) -> list[Human]:
 async def human_by_token(db: Database, token: str) -> Human | None:
     if not token.startswith("sbo_"):
         return None
-    async with db.read() as s:
-        # A revoked human's hash is already one no token matches; the second condition says so twice.
-        return await s.scalar(
-            select(Human).where(Human.token_hash == token_hash(token), Human.revoked_at.is_(None))
-        )
+    return await bearers.human_by_hash(db, token_hash(token))
 
 
 def human_view(human: Human) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from switchboard import bearers
 from switchboard.config_changes import changing
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
@@ -237,8 +238,7 @@ async def endpoint_by_token(db: Database, token: str) -> Endpoint | None:
     """The live endpoint a bearer token names; None for unknown, revoked or expired."""
     if not token.startswith("sbk_"):
         return None
-    async with db.read() as s:
-        endpoint = await s.scalar(select(Endpoint).where(Endpoint.token_hash == token_hash(token)))
+    endpoint = await bearers.endpoint_by_hash(db, token_hash(token))
     return endpoint if endpoint is not None and endpoint_is_live(endpoint) else None
 
 

@@ -34,9 +34,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select
-
-from switchboard import config_changes, tenancy
+from switchboard import bearers, config_changes, tenancy
 from switchboard.db import Database
 from switchboard.ids import token_hash
 from switchboard.models import Endpoint
@@ -94,8 +92,7 @@ class EndpointCache:
 
     async def _read(self, db: Database, key: str) -> Endpoint | None:
         generation = self._generation
-        async with db.read() as s:
-            endpoint = await s.scalar(select(Endpoint).where(Endpoint.token_hash == key))
+        endpoint = await bearers.endpoint_by_hash(db, key)
         self.reads += 1
         self._catch_up()
         if endpoint is None or not tenancy.endpoint_is_live(endpoint):
