@@ -17,13 +17,16 @@ returned: the reply row exists (pending) before the dial, so its id is already k
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import ColumnElement, Select, bindparam, or_, select
 
+from switchboard.db import Database
+from switchboard.direct import Steps
 from switchboard.models import Connection, Reply
 from switchboard.plugins import Providers, UnknownKind
 from switchboard.provider import Address, ConnectionKind, Delivery, EchoClues, Verdict
@@ -31,23 +34,57 @@ from switchboard.services import Services
 
 log = logging.getLogger("switchboard.echo")
 
-# The reply reads, built once with bound parameters and run through Core: ingest runs one for
-# every delivery that carries a comment id, and building the expression, its cache key and the
-# ORM's execution around a one-column select cost more than the query itself (issue 12).
+# The echo reads run on the driver directly (``Database.read_steps``): ingest runs one for every
+# delivery that carries a comment id, and through a session that read cost more than the rest of
+# the delivery's storing (issue 12). A direct statement is compiled once, so its lists of values
+# are placeholders of fixed length: each list is padded (repeating its last value, which matches
+# nothing new) to the next power of two, so a handful of statements serve every length.
 _REPLIES = Reply.__table__.c
-# A reply of one of the wanted scopes, on the same thread, by the same provider (rows made before
-# the provider was kept have none; their thread names the provider anyway).
-_SAME_ORIGIN = (
-    _REPLIES.owner_scope.in_(bindparam("scopes", expanding=True)),
-    _REPLIES.thread_key == bindparam("thread"),
-    or_(_REPLIES.provider == bindparam("provider"), _REPLIES.provider.is_(None)),
-)
-_BY_OBJECT = (
-    select(_REPLIES.owner_scope)
-    .where(_REPLIES.provider_object_id.in_(bindparam("object_ids", expanding=True)), *_SAME_ORIGIN)
-    .distinct()
-)
-_BY_MARKER = select(_REPLIES.owner_scope).where(_REPLIES.id == bindparam("marker"), *_SAME_ORIGIN)
+_CONNECTIONS = Connection.__table__.c
+
+
+def _padded(name: str, values: Sequence[str]) -> dict[str, str]:
+    size = 1 << max(len(values) - 1, 0).bit_length()
+    padded = [*values, *[values[-1]] * (size - len(values))]
+    return {f"{name}_{i}": value for i, value in enumerate(padded)}
+
+
+def _one_of(column: ColumnElement[Any], name: str, count: int) -> ColumnElement[bool]:
+    return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
+
+
+@functools.cache
+def _by_object(scopes: int, object_ids: int) -> Select[tuple[str]]:
+    """Replies of the wanted scopes, same thread and provider (rows made before the provider was
+    kept have none; their thread names it anyway), with one of the delivery's object ids."""
+    return (
+        select(_REPLIES.owner_scope)
+        .where(_one_of(_REPLIES.provider_object_id, "object_id", object_ids), *_same_origin(scopes))
+        .distinct()
+    )
+
+
+@functools.cache
+def _by_marker(scopes: int) -> Select[tuple[str]]:
+    return select(_REPLIES.owner_scope).where(_REPLIES.id == bindparam("marker"), *_same_origin(scopes))
+
+
+@functools.cache
+def _bots(scopes: int) -> Select[tuple[str | None, str | None, str, Any]]:
+    """The connections of the wanted scopes for the provider, with their last test's facts."""
+    c = _CONNECTIONS
+    return select(c.owner_human_id, c.owner_team_id, c.account_key, c.last_test).where(
+        c.kind == bindparam("provider"),
+        _one_of(c.owner_human_id, "scope", scopes) | _one_of(c.owner_team_id, "scope", scopes),
+    )
+
+
+def _same_origin(scopes: int) -> tuple[ColumnElement[bool], ...]:
+    return (
+        _one_of(_REPLIES.owner_scope, "scope", scopes),
+        _REPLIES.thread_key == bindparam("thread"),
+        or_(_REPLIES.provider == bindparam("provider"), _REPLIES.provider.is_(None)),
+    )
 
 
 @dataclass(frozen=True)
@@ -83,8 +120,9 @@ def has_clues(clues: EchoClues | None) -> bool:
     return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
 
 
-async def echo_scopes(s: AsyncSession, scopes: Iterable[str], origin: Origin | None) -> frozenset[str]:
-    """The scopes, among ``scopes``, for which the delivery is their own reply coming back.
+def echo_steps(scopes: Iterable[str], origin: Origin | None) -> Steps[frozenset[str]]:
+    """The scopes, among ``scopes``, for which the delivery is their own reply coming back (the
+    reads, as ``direct.Steps``; ``echo_scopes`` runs them).
 
     A scope matches when one of its replies to the same provider and thread has the delivery's
     object id, or is the reply the delivery's marker names, or when the delivery's bot is the bot a
@@ -94,32 +132,28 @@ async def echo_scopes(s: AsyncSession, scopes: Iterable[str], origin: Origin | N
     if origin is None or not wanted or not has_clues(origin.clues):
         return frozenset()
     clues, found = origin.clues, set[str]()
-    same_origin = {"scopes": wanted, "thread": origin.thread, "provider": origin.provider}
-    if clues.object_ids or clues.marker:
-        conn = await s.connection()
-        if clues.object_ids:
-            params = {"object_ids": list(clues.object_ids), **same_origin}
-            found.update((await conn.execute(_BY_OBJECT, params)).scalars().all())
-        if clues.marker:
-            params = {"marker": clues.marker, **same_origin}
-            found.update((await conn.execute(_BY_MARKER, params)).scalars().all())
+    scope_values = _padded("scope", wanted)
+    same_origin = {**scope_values, "thread": origin.thread, "provider": origin.provider}
+    if clues.object_ids:
+        ids = list(dict.fromkeys(clues.object_ids))
+        statement = _by_object(len(scope_values), len(_padded("object_id", ids)))
+        rows = yield statement, {**same_origin, **_padded("object_id", ids)}
+        found.update(row.owner_scope for row in rows)
+    if clues.marker:
+        rows = yield _by_marker(len(scope_values)), {**same_origin, "marker": clues.marker}
+        found.update(row.owner_scope for row in rows)
     if clues.bot_id and origin.serves is not None:
-        rows_with_bots = await s.execute(
-            select(
-                Connection.owner_human_id,
-                Connection.owner_team_id,
-                Connection.account_key,
-                Connection.last_test,
-            ).where(
-                Connection.kind == origin.provider,
-                Connection.owner_human_id.in_(wanted) | Connection.owner_team_id.in_(wanted),
-            )
-        )
-        for human_id, team_id, account_key, last_test in rows_with_bots.all():
-            facts = (last_test or {}).get("facts") or {}
-            if facts.get("bot_id") == clues.bot_id and origin.serves(account_key):
-                found.add(human_id or team_id)
+        rows = yield _bots(len(scope_values)), {**scope_values, "provider": origin.provider}
+        for row in rows:
+            facts = (row.last_test or {}).get("facts") or {}
+            if facts.get("bot_id") == clues.bot_id and origin.serves(row.account_key):
+                found.add(row.owner_human_id or row.owner_team_id)
     return frozenset(found)
+
+
+async def echo_scopes(db: Database, scopes: Iterable[str], origin: Origin | None) -> frozenset[str]:
+    """``echo_steps``, run on a read connection."""
+    return await db.read_steps(echo_steps(scopes, origin))
 
 
 def clues_of(providers: Providers, delivery: Delivery, verdict: Verdict) -> EchoClues | None:
@@ -163,5 +197,4 @@ async def own_reply_scopes(
     origin = origin_of(services.providers, delivery, verdict, address)
     if origin is None:
         return frozenset()
-    async with services.db.read() as s:
-        return await echo_scopes(s, scopes, origin)
+    return await echo_scopes(services.db, scopes, origin)

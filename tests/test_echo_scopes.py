@@ -98,8 +98,7 @@ def origin(address: Address, **clues: Any) -> Origin:
 
 
 async def scopes_of(db: Database, scopes: list[str], probe: Origin | None) -> frozenset[str]:
-    async with db.read() as s:
-        return await echo_scopes(s, scopes, probe)
+    return await echo_scopes(db, scopes, probe)
 
 
 async def test_an_object_id_matches_only_with_its_provider_and_thread(db: Database, replies: Replies) -> None:
@@ -118,6 +117,23 @@ async def test_an_object_id_matches_only_with_its_provider_and_thread(db: Databa
     # Only the scopes asked about count.
     assert await scopes_of(db, [bob], origin(GITHUB_THREAD, object_ids=("1001",))) == set()
     assert await scopes_of(db, both, origin(GITHUB_THREAD, object_ids=("1001", "2002"))) == {ada, bob}
+
+
+async def test_any_number_of_scopes_and_object_ids_match_exactly(db: Database, replies: Replies) -> None:
+    # The reads take their lists as fixed placeholders, padded to a power of two: every length
+    # from one to nine, with the replying scope and the reply's id anywhere in the lists.
+    scopes = [(await replies.record(GITHUB_THREAD, f"{n}00", handle=f"h{n}"))[0] for n in range(1, 10)]
+    for count in range(1, 10):
+        asked = scopes[:count]
+        for last in range(count):
+            ids = (*(f"{n}00" for n in range(20, 20 + last)), f"{last + 1}00")
+            assert await scopes_of(db, asked, origin(GITHUB_THREAD, object_ids=ids)) == {scopes[last]}
+        # Ids that no scope asked about replied with: nobody's echo.
+        assert await scopes_of(db, asked, origin(GITHUB_THREAD, object_ids=("900", "999"))) == (
+            {scopes[8]} if count == 9 else set()
+        )
+    everyone = origin(GITHUB_THREAD, object_ids=tuple(f"{n}00" for n in range(1, 10)))
+    assert await scopes_of(db, scopes[::-1] + scopes, everyone) == set(scopes)
 
 
 async def test_replies_recorded_before_the_provider_was_kept_match_by_their_thread(
