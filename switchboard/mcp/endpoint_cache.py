@@ -8,7 +8,7 @@ from memory to the calls that a stale row cannot make wrong:
 * **Expiry** is judged at every call, from the kept ``expires_at`` and the clock; a verdict is never
   kept.
 * **Only the lifecycle verbs** (``claim``, ``claim_next``, ``heartbeat``, ``complete``, ``fail``,
-  ``release``) are served from memory (``lifecycle_call``). A revocation dead-letters every open
+  ``release``) are served from memory (``lifecycle_calls.parse``). A revocation dead-letters every open
   todo of the endpoint in its own transaction (``tenancy.revoke_endpoint``), and nothing makes a
   revoked endpoint's todo pending or claimed again (ingest, the operator's create and requeue all
   refuse it), so once a revocation has committed these verbs find nothing to act on, whether or
@@ -30,7 +30,6 @@ and neither are endpoints that are not live when read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -43,23 +42,6 @@ from switchboard.models import Endpoint
 CACHE_ENTRIES = 10_000
 # The tool calls a cached row may serve (see the module's docstring for why these).
 LIFECYCLE_VERBS = frozenset({"claim", "claim_next", "heartbeat", "complete", "fail", "release"})
-# A body larger than this is not parsed to find its verb: it is read through to the row instead
-# (a lifecycle call is a few hundred bytes; a ``complete`` with a large result pays one read).
-PARSE_LIMIT_BYTES = 64 * 1024
-
-
-def lifecycle_call(method: str, body: bytes) -> bool:
-    """Whether the request is one JSON-RPC ``tools/call`` of a lifecycle verb."""
-    if method != "POST" or len(body) > PARSE_LIMIT_BYTES:
-        return False
-    try:
-        message = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return False
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return False
-    params = message.get("params")
-    return isinstance(params, dict) and params.get("name") in LIFECYCLE_VERBS
 
 
 class EndpointCache:
@@ -77,7 +59,7 @@ class EndpointCache:
         self, db: Database, token: str, *, cached: bool, now: datetime | None = None
     ) -> Endpoint | None:
         """The live endpoint ``token`` names, or None (unknown, revoked, expired). ``cached``: the
-        request may be served from memory (``lifecycle_call``); otherwise the row is read (and
+        request may be served from memory (``lifecycle_calls.parse``); otherwise the row is read (and
         kept for the next lifecycle call)."""
         if not token.startswith("sbk_"):
             return None

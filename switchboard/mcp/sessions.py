@@ -35,9 +35,10 @@ from sqlalchemy import select
 
 from switchboard import tenancy
 from switchboard.db import is_unavailable
+from switchboard.mcp import lifecycle_calls
 from switchboard.mcp.bridge import jsonrpc_error, run_asgi
 from switchboard.mcp.doorbell import CAPABILITY, Doorbell, LiveSession, ringing
-from switchboard.mcp.endpoint_cache import EndpointCache, lifecycle_call
+from switchboard.mcp.endpoint_cache import EndpointCache
 from switchboard.mcp.tools import SCOPE_ENDPOINT, build_server
 from switchboard.models import Endpoint
 from switchboard.services import Services
@@ -143,6 +144,9 @@ class McpService:
         self._lock = asyncio.Lock()
         # The same sessions as the doorbell's table, with their owner and activity.
         self.held: dict[str, HeldSession] = {}
+        # Lifecycle tool calls answered without the SDK's per-request machinery
+        # (``lifecycle_calls``); off only in the tests that compare the two paths.
+        self.answer_lifecycle_calls = True
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -181,10 +185,9 @@ class McpService:
         # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
         too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
         body = b"" if too_large else await request.read()
+        lifecycle = lifecycle_calls.parse(request.method, body)
         try:
-            endpoint = await self.endpoints.endpoint(
-                self.services.db, token, cached=lifecycle_call(request.method, body)
-            )
+            endpoint = await self.endpoints.endpoint(self.services.db, token, cached=lifecycle is not None)
         except Exception as exc:
             if not is_unavailable(exc):
                 raise
@@ -213,6 +216,10 @@ class McpService:
         if session is None or session.endpoint_id != endpoint.id:
             # Another endpoint's session answers exactly like an unknown one.
             return jsonrpc_error(404, "Session not found")
+        if lifecycle is not None and self.answer_lifecycle_calls:
+            answered = await self._answer_lifecycle(request, session, endpoint, lifecycle)
+            if answered is not None:
+                return answered
         # Only a GET answered 200 is the session's notification stream (a second GET gets 409 and
         # must not mark the first one closed when it ends).
         opened: list[bool] = []
@@ -234,6 +241,40 @@ class McpService:
         if session.transport.is_terminated:
             await self.discard(session)
         return response
+
+    async def _answer_lifecycle(
+        self,
+        request: web.Request,
+        session: HeldSession,
+        endpoint: Endpoint,
+        lifecycle: lifecycle_calls.LifecycleCall,
+    ) -> web.Response | None:
+        """A lifecycle tool call answered in this task (``lifecycle_calls``), or None for the SDK
+        to answer: the handshake not yet accepted, the session ending, an Accept without JSON."""
+        connection, transport = session.connection, session.transport
+        idle = transport.idle_scope
+        if (
+            connection is None
+            or not connection.initialize_accepted
+            or transport.is_terminated
+            or (idle is not None and idle.cancel_called)
+            or not lifecycle_calls.accepts_json(request.headers.get("Accept", ""))
+        ):
+            return None
+        session.busy += 1
+        session.last_active = time.monotonic()
+        try:
+            return await lifecycle_calls.answer(
+                self.services,
+                endpoint,
+                lifecycle,
+                protocol_version=connection.protocol_version,
+                session_id=session.id,
+            )
+        finally:
+            session.busy -= 1
+            session.last_active = time.monotonic()
+            lifecycle_calls.keep_alive(idle, SESSION_IDLE_SECONDS)
 
     async def _open_session(
         self, request: web.Request, body: bytes, endpoint: Endpoint, extra: dict[str, Any]

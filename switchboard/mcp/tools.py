@@ -466,36 +466,42 @@ def _endpoint_of(ctx: Any) -> Endpoint:
     return endpoint
 
 
+async def call(
+    services: Services, endpoint: Endpoint, name: str, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Answer one tool call of ``endpoint``: the SDK's ``tools/call`` handler, and the lifecycle
+    calls ``lifecycle_calls`` answers without the SDK's per-request machinery."""
+    if name not in TOOLS:
+        return tool_error("invalid_argument", f"unknown tool {name[:64]!r}")
+    if name not in endpoint.verbs:
+        return tool_error("forbidden", f"{name} is not granted to this endpoint")
+    problem = validation_message(name, arguments) or nul_message(arguments)
+    if problem is not None:
+        return tool_error("invalid_argument", problem)
+    try:
+        result = await HANDLERS[name](services, endpoint, arguments)
+    except SwitchboardError as exc:
+        return tool_error(exc.code, exc.message, **exc.extra)
+    except Exception as exc:
+        if is_unavailable(exc):
+            # The driver could not connect, lost its connection, found the database locked
+            # or read-only, or the pool had no connection to give.
+            return tool_error("unavailable", "the database is unavailable; retry shortly")
+        # Never a traceback to the agent; the log has it (messages carry no secret).
+        log.exception("tool %s failed", name)
+        return tool_error("internal", "internal error")
+    if name in LIFECYCLE_VERBS:
+        services.metrics.inc("switchboard_todo_transitions_total", verb=name)
+    return await _deliverable(services, endpoint, name, result)
+
+
 def build_server(services: Services) -> Server[Any]:
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         endpoint = _endpoint_of(ctx)
         return types.ListToolsResult(tools=[tool for name, tool in TOOLS.items() if name in endpoint.verbs])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        endpoint = _endpoint_of(ctx)
-        name, arguments = params.name, params.arguments or {}
-        if name not in TOOLS:
-            return tool_error("invalid_argument", f"unknown tool {name[:64]!r}")
-        if name not in endpoint.verbs:
-            return tool_error("forbidden", f"{name} is not granted to this endpoint")
-        problem = validation_message(name, arguments) or nul_message(arguments)
-        if problem is not None:
-            return tool_error("invalid_argument", problem)
-        try:
-            result = await HANDLERS[name](services, endpoint, arguments)
-        except SwitchboardError as exc:
-            return tool_error(exc.code, exc.message, **exc.extra)
-        except Exception as exc:
-            if is_unavailable(exc):
-                # The driver could not connect, lost its connection, found the database locked
-                # or read-only, or the pool had no connection to give.
-                return tool_error("unavailable", "the database is unavailable; retry shortly")
-            # Never a traceback to the agent; the log has it (messages carry no secret).
-            log.exception("tool %s failed", name)
-            return tool_error("internal", "internal error")
-        if name in LIFECYCLE_VERBS:
-            services.metrics.inc("switchboard_todo_transitions_total", verb=name)
-        return await _deliverable(services, endpoint, name, result)
+        return await call(services, _endpoint_of(ctx), params.name, params.arguments or {})
 
     return Server(
         "switchboard",
