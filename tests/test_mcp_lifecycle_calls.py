@@ -44,9 +44,8 @@ class Agent:
     session_id: str
 
     async def post(self, message: Any, **headers: str) -> Answer:
-        async with self.http.post(
-            self.url, data=json.dumps(message), headers={**self.headers, **headers}
-        ) as resp:
+        data = message if isinstance(message, bytes) else json.dumps(message)
+        async with self.http.post(self.url, data=data, headers={**self.headers, **headers}) as resp:
             raw = await resp.read()
             return Answer(
                 resp.status,
@@ -122,7 +121,7 @@ class Names:
         return self.names.setdefault(value, f"<{kind}{len(self.names)}>")
 
     def text(self, text: str) -> str:
-        return re.sub(r"td_[0-9a-z]+", lambda m: self.name(m.group(0), "todo"), text)
+        return re.sub(r"\b(td|ep)_[0-9a-z]+", lambda m: self.name(m.group(0), m.group(1)), text)
 
     def __call__(self, value: Any, key: str = "") -> Any:
         if isinstance(value, dict):
@@ -180,6 +179,11 @@ async def _script(db: Database, base_url: str, version: str) -> list[tuple[int, 
         answers.append(await a.call("fail", {"todo_id": "td_x\u0000"}))
         answers.append(await a.call("complete", [1]))
         answers.append(await a.call("release", {"todo_id": todos[2].id}, request_id=2**40))
+        # A number orjson would read as a float: the agent's result keeps it whole.
+        got = await a.call("claim", {"todo_id": todos[2].id})
+        answers.append(got)
+        answers.append(await a.call("complete", {"todo_id": todos[2].id, "result": {"n": 2**70}}))
+        answers.append(await a.call("get_todo", {"todo_id": todos[2].id}))
         for got in answers:
             assert got.session_id == a.session_id
     names = Names()
@@ -193,13 +197,14 @@ async def test_every_lifecycle_answer_is_the_one_the_sdk_sends(
     sdk = SdkCalls(monkeypatch)
     service = _service(server)
     direct = await _script(db, base_url, version)
-    # Only the handshake, and the one call whose arguments are not an object (the SDK's own
-    # JSON-RPC refusal), went through the SDK.
-    assert sdk.count == 2 + 1
+    # Only the handshake, the one call whose arguments are not an object (the SDK's own JSON-RPC
+    # refusal), the one with a number orjson would read otherwise, and get_todo (not a lifecycle
+    # verb) went through the SDK.
+    assert sdk.count == 2 + 3
     service.answer_lifecycle_calls = False
     through_sdk = await _script(db, base_url, version)
     # Switched off, every request did.
-    assert sdk.count == 3 + 2 + len(through_sdk)
+    assert sdk.count == 5 + 2 + len(through_sdk)
     assert direct == through_sdk
     # The script did what it says: answers, refusals and a JSON-RPC error, with the ids kept.
     results = [body.get("result", {}) for _, _, _, body in direct]
@@ -218,6 +223,7 @@ async def test_every_lifecycle_answer_is_the_one_the_sdk_sends(
     ]
     assert direct[18][3]["error"]["code"] == -32602
     assert direct[19][3]["id"] == 2**40
+    assert results[22]["structuredContent"]["result"] == {"n": 2**70}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +319,10 @@ def _message(**overrides: Any) -> bytes:
             False,
         ),
         (_message(params={"name": "complete", "arguments": {"result": "x" * 70_000}}), False),
+        (_message(params={"name": "complete", "arguments": {"result": [[]] * 100}}), True),
+        (_message(params={"name": "complete", "arguments": {"result": [[]] * 200}}), False),
+        (_message(params={"name": "complete", "arguments": {"result": 10**17}}), True),
+        (_message(params={"name": "complete", "arguments": {"result": 10**19}}), False),
     ],
 )
 def test_only_one_plain_lifecycle_tools_call_is_taken(body: bytes, taken: bool) -> None:
@@ -334,3 +344,29 @@ def test_only_one_plain_lifecycle_tools_call_is_taken(body: bytes, taken: bool) 
 )
 def test_accepting_json_is_judged_as_the_sdk_judges_it(accept: str, json_ok: bool) -> None:
     assert accepts_json(accept) is json_ok
+
+
+@pytest.mark.parametrize("depth", [150, 400, 1100])
+async def test_a_deeply_nested_result_is_answered_as_the_sdk_answers_it(
+    db: Database, server: TestServer, base_url: str, depth: int
+) -> None:
+    """However deep an agent's ``result`` (orjson reads up to 1,024 levels, the SDK's parser about
+    250), the answer is the SDK's own and never a 500."""
+    service = _service(server)
+    # Written out: the standard library cannot encode (or decode) this deep.
+    deep = "[" * depth + '"leaf"' + "]" * depth
+    answers = []
+    for direct in (True, False):
+        service.answer_lifecycle_calls = direct
+        ep, token = await vend(db)
+        await add_todo(db, ep)
+        async with agent(base_url, token) as a:
+            got = await a.call("claim_next", {})
+            todo_id = got.body["result"]["structuredContent"]["todo"]["id"]
+            params = f'{{"name": "complete", "arguments": {{"todo_id": "{todo_id}", "result": {deep}}}}}'
+            done = await a.post(
+                f'{{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {params}}}'.encode()
+            )
+            assert done.status < 500
+            answers.append((done.status, Names()(done.body)))
+    assert answers[0] == answers[1]

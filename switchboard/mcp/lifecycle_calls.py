@@ -15,17 +15,18 @@ sent (tests/test_mcp_lifecycle_calls.py compares the two paths call by call).
 What is answered here, and only this: a POST whose body is one JSON-RPC request (an integer or
 string ``id``) of ``tools/call`` for a lifecycle verb (``endpoint_cache.LIFECYCLE_VERBS``), with no
 members but ``name``, ``arguments`` and ``_meta`` in its params, on a session whose handshake the
-SDK has accepted and whose transport is live, from a client that accepts JSON. Anything else (a
-batch, a notification, another method or verb, an odd member, a body orjson cannot read, a
-handshake not yet done, a terminated session) goes to the SDK exactly as before, which answers it
-as it always has. The SDK's session, handshake, GET stream, doorbells and every other request are
-untouched.
+SDK has accepted and whose transport is live, from a client that accepts JSON. Anything else goes
+to the SDK exactly as before, which answers it as it always has: a batch, a notification, another
+method or verb, an odd member, a body orjson cannot read or might read otherwise than the SDK's
+parser (many brackets, a long number), a handshake not yet done, a terminated session. The SDK's
+session, handshake, GET stream, doorbells and every other request are untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,12 @@ log = logging.getLogger("switchboard.mcp")
 # A body larger than this is not parsed here: the SDK takes it (a lifecycle call is a few hundred
 # bytes; a ``complete`` with a large result pays the SDK's path).
 PARSE_LIMIT_BYTES = 64 * 1024
+# The SDK's parser refuses JSON nested past about 250 levels (a 400 "Parse error"), which orjson
+# reads; a body with more opening brackets than this, however nested, goes to the SDK to be judged.
+_FEW_BRACKETS = 200
+# orjson reads an integer past 64 bits as a float, where the SDK keeps the integer: a body with a
+# run of 19 digits or more (a number of that size, or digits in a string) goes to the SDK.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
 METHOD = "tools/call"
 _MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _PARAMS_KEYS = frozenset({"name", "arguments", "_meta"})
@@ -67,6 +74,8 @@ def parse(method: str, body: bytes) -> LifecycleCall | None:
     """The lifecycle call ``body`` holds, or None if it is anything else (see the module's
     docstring: None sends the request to the SDK)."""
     if method != "POST" or len(body) > PARSE_LIMIT_BYTES:
+        return None
+    if body.count(b"[") + body.count(b"{") > _FEW_BRACKETS or _LONG_NUMBER.search(body):
         return None
     try:
         message = orjson.loads(body)

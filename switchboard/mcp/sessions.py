@@ -7,7 +7,9 @@ transport (to close it when the endpoint is revoked). Requests on the newest, st
 revision go to the SDK's own stateless entry. Every request, whatever its revision, is
 authenticated first with the endpoint's bearer token: a lifecycle tool call against the endpoint
 this process keeps for it, every other request against the database (``endpoint_cache`` says why
-that is safe).
+that is safe). A lifecycle tool call on an established session is then answered here, in the
+request's own task, with the SDK's own checks (``lifecycle_calls``); everything else is handed to
+the session's SDK transport.
 """
 
 from __future__ import annotations
