@@ -21,7 +21,7 @@ from switchboard import config_changes, tenancy
 from switchboard.db import Database, utcnow
 from switchboard.mcp import MCP_SERVICE, McpService
 from switchboard.mcp.endpoint_cache import EndpointCache
-from switchboard.mcp.lifecycle_calls import parse
+from switchboard.mcp.tool_calls import parse
 from switchboard.models import Endpoint
 from switchboard.testing import ServeProcesses, add_todo, engine_name, vend
 
@@ -118,7 +118,8 @@ async def _eventually_refused(agent: Session, seconds: float = 10.0) -> None:
 def test_only_a_lifecycle_tool_call_may_be_served_from_memory(
     method: str, body: bytes, expected: bool
 ) -> None:
-    assert (parse(method, body) is not None) is expected
+    call = parse(method, body)
+    assert (call is not None and call.lifecycle) is expected
 
 
 async def test_a_kept_endpoint_is_read_once_and_refused_once_it_expires(db: Database) -> None:

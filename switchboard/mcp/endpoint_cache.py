@@ -8,12 +8,13 @@ from memory to the calls that a stale row cannot make wrong:
 * **Expiry** is judged at every call, from the kept ``expires_at`` and the clock; a verdict is never
   kept.
 * **Only the lifecycle verbs** (``claim``, ``claim_next``, ``heartbeat``, ``complete``, ``fail``,
-  ``release``) are served from memory (``lifecycle_calls.parse``). A revocation dead-letters every open
-  todo of the endpoint in its own transaction (``tenancy.revoke_endpoint``), and nothing makes a
-  revoked endpoint's todo pending or claimed again (ingest, the operator's create and requeue all
-  refuse it), so once a revocation has committed these verbs find nothing to act on, whether or
-  not this process has heard of it yet. Every other request (the handshake, ``tools/list``, the
-  GET stream, the reads, ``reply``, the connection verbs) reads the row as before.
+  ``release``) are served from memory (``tool_calls.ToolCall.lifecycle``). A revocation
+  dead-letters every open todo of the endpoint in its own transaction
+  (``tenancy.revoke_endpoint``), and nothing makes a revoked endpoint's todo pending or claimed
+  again (ingest, the operator's create and requeue all refuse it), so once a revocation has
+  committed these verbs find nothing to act on, whether or not this process has heard of it yet.
+  Every other request (the handshake, ``tools/list``, the GET stream, the reads, ``reply``, the
+  connection verbs) reads the row as before.
 * **A change is heard** through ``config_changes``: this process empties the cache when it
   changes an endpoint, webhook or route (``changing``, at commit), and on PostgreSQL when another
   process does (``NOTIFY switchboard_config``, heard by the app's ``LISTEN`` connection in
@@ -59,7 +60,7 @@ class EndpointCache:
         self, db: Database, token: str, *, cached: bool, now: datetime | None = None
     ) -> Endpoint | None:
         """The live endpoint ``token`` names, or None (unknown, revoked, expired). ``cached``: the
-        request may be served from memory (``lifecycle_calls.parse``); otherwise the row is read (and
+        request may be served from memory (``tool_calls.ToolCall.lifecycle``); otherwise the row is read (and
         kept for the next lifecycle call)."""
         if not token.startswith("sbk_"):
             return None

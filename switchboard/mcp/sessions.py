@@ -7,9 +7,9 @@ transport (to close it when the endpoint is revoked). Requests on the newest, st
 revision go to the SDK's own stateless entry. Every request, whatever its revision, is
 authenticated first with the endpoint's bearer token: a lifecycle tool call against the endpoint
 this process keeps for it, every other request against the database (``endpoint_cache`` says why
-that is safe). A lifecycle tool call on an established session is then answered here, in the
-request's own task, with the SDK's own checks (``lifecycle_calls``); everything else is handed to
-the session's SDK transport.
+that is safe). A tool call on an established session is then answered here, in the request's own
+task, with the SDK's own checks (``tool_calls``); everything else is handed to the session's SDK
+transport.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from sqlalchemy import select
 
 from switchboard import tenancy
 from switchboard.db import is_unavailable
-from switchboard.mcp import lifecycle_calls
+from switchboard.mcp import tool_calls
 from switchboard.mcp.bridge import jsonrpc_error, run_asgi
 from switchboard.mcp.doorbell import CAPABILITY, Doorbell, LiveSession, ringing
 from switchboard.mcp.endpoint_cache import EndpointCache
@@ -146,9 +146,9 @@ class McpService:
         self._lock = asyncio.Lock()
         # The same sessions as the doorbell's table, with their owner and activity.
         self.held: dict[str, HeldSession] = {}
-        # Lifecycle tool calls answered without the SDK's per-request machinery
-        # (``lifecycle_calls``); off only in the tests that compare the two paths.
-        self.answer_lifecycle_calls = True
+        # Tool calls answered without the SDK's per-request machinery (``tool_calls``); off only
+        # in the tests that compare the two paths.
+        self.answer_tool_calls = True
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -187,9 +187,10 @@ class McpService:
         # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
         too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
         body = b"" if too_large else await request.read()
-        lifecycle = lifecycle_calls.parse(request.method, body)
+        tool_call = tool_calls.parse(request.method, body)
         try:
-            endpoint = await self.endpoints.endpoint(self.services.db, token, cached=lifecycle is not None)
+            cached = tool_call is not None and tool_call.lifecycle
+            endpoint = await self.endpoints.endpoint(self.services.db, token, cached=cached)
         except Exception as exc:
             if not is_unavailable(exc):
                 raise
@@ -218,8 +219,8 @@ class McpService:
         if session is None or session.endpoint_id != endpoint.id:
             # Another endpoint's session answers exactly like an unknown one.
             return jsonrpc_error(404, "Session not found")
-        if lifecycle is not None and self.answer_lifecycle_calls:
-            answered = await self._answer_lifecycle(request, session, endpoint, lifecycle)
+        if tool_call is not None and self.answer_tool_calls:
+            answered = await self._answer_tool_call(request, session, endpoint, tool_call)
             if answered is not None:
                 return answered
         # Only a GET answered 200 is the session's notification stream (a second GET gets 409 and
@@ -244,15 +245,15 @@ class McpService:
             await self.discard(session)
         return response
 
-    async def _answer_lifecycle(
+    async def _answer_tool_call(
         self,
         request: web.Request,
         session: HeldSession,
         endpoint: Endpoint,
-        lifecycle: lifecycle_calls.LifecycleCall,
+        tool_call: tool_calls.ToolCall,
     ) -> web.Response | None:
-        """A lifecycle tool call answered in this task (``lifecycle_calls``), or None for the SDK
-        to answer: the handshake not yet accepted, the session ending, an Accept without JSON."""
+        """A tool call answered in this task (``tool_calls``), or None for the SDK to answer: the
+        handshake not yet accepted, the session ending, an Accept without JSON."""
         connection, transport = session.connection, session.transport
         idle = transport.idle_scope
         if (
@@ -260,23 +261,23 @@ class McpService:
             or not connection.initialize_accepted
             or transport.is_terminated
             or (idle is not None and idle.cancel_called)
-            or not lifecycle_calls.accepts_json(request.headers.get("Accept", ""))
+            or not tool_calls.accepts_json(request.headers.get("Accept", ""))
         ):
             return None
         session.busy += 1
         session.last_active = time.monotonic()
         try:
-            return await lifecycle_calls.answer(
+            return await tool_calls.answer(
                 self.services,
                 endpoint,
-                lifecycle,
+                tool_call,
                 protocol_version=connection.protocol_version,
                 session_id=session.id,
             )
         finally:
             session.busy -= 1
             session.last_active = time.monotonic()
-            lifecycle_calls.keep_alive(idle, SESSION_IDLE_SECONDS)
+            tool_calls.keep_alive(idle, SESSION_IDLE_SECONDS)
 
     async def _open_session(
         self, request: web.Request, body: bytes, endpoint: Endpoint, extra: dict[str, Any]

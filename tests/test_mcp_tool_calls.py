@@ -1,7 +1,7 @@
-"""Lifecycle tool calls answered without the SDK's per-request machinery
-(``switchboard.mcp.lifecycle_calls``): the agent reads exactly what the SDK would have sent, call by
-call and on every handshake protocol version, and whatever this path does not take still reaches
-the SDK and is answered in the SDK's own words."""
+"""Tool calls answered without the SDK's per-request machinery (``switchboard.mcp.tool_calls``):
+the agent reads exactly what the SDK would have sent, call by call and on every handshake protocol
+version, and whatever this path does not take still reaches the SDK and is answered in the SDK's
+own words."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from switchboard.db import Database
 from switchboard.mcp import MCP_SERVICE, McpService
-from switchboard.mcp.lifecycle_calls import accepts_json, parse
+from switchboard.mcp.tool_calls import accepts_json, parse
 from switchboard.testing import add_todo, vend
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -144,8 +144,9 @@ class Names:
 
 
 async def _script(db: Database, base_url: str, version: str) -> list[tuple[int, str, bool, Any]]:
-    """Every lifecycle verb, answered and refused, on a fresh endpoint with three todos."""
-    ep, token = await vend(db)
+    """Every lifecycle verb, answered and refused, and the other verbs' answers and refusals, on a
+    fresh endpoint (granted the basics and reply) with three todos."""
+    ep, token = await vend(db, families=["reply"])
     todos = [
         await add_todo(db, ep, title="first", payload={"text": "héllo </channel>", "n": [1, 2.5, None]}),
         await add_todo(db, ep, title="second", payload={"deep": {"er": {"est": True}}}),
@@ -184,6 +185,20 @@ async def _script(db: Database, base_url: str, version: str) -> list[tuple[int, 
         answers.append(got)
         answers.append(await a.call("complete", {"todo_id": todos[2].id, "result": {"n": 2**70}}))
         answers.append(await a.call("get_todo", {"todo_id": todos[2].id}))
+        # The other verbs: reads, reply's refusals, and verbs outside the grant.
+        answers.append(await a.call("list_todos"))
+        answers.append(await a.call("list_todos", {"state": "done", "limit": 1}))
+        answers.append(await a.call("get_todo", {"todo_id": "td_nope"}))
+        answers.append(await a.call("reply", {"todo_id": todos[2].id, "text": "  "}))
+        answers.append(await a.call("reply", {"todo_id": "td_nope", "text": "hello"}))
+        answers.append(await a.call("reply", {"todo_id": todos[2].id, "text": "hello"}))
+        answers.append(await a.call("list_connections"))
+        answers.append(
+            await a.call(
+                "create_connection", {"kind": "github", "name": "n", "account_key": "a", "secret": "s3cr3t"}
+            )
+        )
+        answers.append(await a.call("nope", {}))
         for got in answers:
             assert got.session_id == a.session_id
     names = Names()
@@ -191,17 +206,17 @@ async def _script(db: Database, base_url: str, version: str) -> list[tuple[int, 
 
 
 @pytest.mark.parametrize("version", HANDSHAKE_PROTOCOL_VERSIONS)
-async def test_every_lifecycle_answer_is_the_one_the_sdk_sends(
+async def test_every_tool_answer_is_the_one_the_sdk_sends(
     db: Database, server: TestServer, base_url: str, version: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = SdkCalls(monkeypatch)
     service = _service(server)
     direct = await _script(db, base_url, version)
     # Only the handshake, the one call whose arguments are not an object (the SDK's own JSON-RPC
-    # refusal), the one with a number orjson would read otherwise, and get_todo (not a lifecycle
-    # verb) went through the SDK.
+    # refusal), the one with a number orjson would read otherwise, and the unknown tool went
+    # through the SDK.
     assert sdk.count == 2 + 3
-    service.answer_lifecycle_calls = False
+    service.answer_tool_calls = False
     through_sdk = await _script(db, base_url, version)
     # Switched off, every request did.
     assert sdk.count == 5 + 2 + len(through_sdk)
@@ -224,6 +239,17 @@ async def test_every_lifecycle_answer_is_the_one_the_sdk_sends(
     assert direct[18][3]["error"]["code"] == -32602
     assert direct[19][3]["id"] == 2**40
     assert results[22]["structuredContent"]["result"] == {"n": 2**70}
+    assert len(results[23]["structuredContent"]["todos"]) == 3
+    assert len(results[24]["structuredContent"]["todos"]) == 1
+    assert [r["structuredContent"]["error"] for r in results[25:31]] == [
+        "not_found",
+        "invalid_argument",
+        "not_found",
+        "no_reply_address",
+        "forbidden",
+        "forbidden",
+    ]
+    assert results[31]["isError"] and "nope" in results[31]["content"][0]["text"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +335,8 @@ def _message(**overrides: Any) -> bytes:
         (_message(jsonrpc="1.0"), False),
         (_message(extra=1), False),
         (_message(params={"name": "claim_next", "task": {}}), False),
-        (_message(params={"name": "reply", "arguments": {}}), False),
+        (_message(params={"name": "reply", "arguments": {}}), True),
+        (_message(params={"name": "nope", "arguments": {}}), False),
         (_message(params={"name": ["claim"]}), False),
         (_message(method="tools/list"), False),
         (b"[" + _message() + b"]", False),
@@ -357,7 +384,7 @@ async def test_a_deeply_nested_result_is_answered_as_the_sdk_answers_it(
     deep = "[" * depth + '"leaf"' + "]" * depth
     answers = []
     for direct in (True, False):
-        service.answer_lifecycle_calls = direct
+        service.answer_tool_calls = direct
         ep, token = await vend(db)
         await add_todo(db, ep)
         async with agent(base_url, token) as a:
