@@ -10,7 +10,9 @@ median of the rounds reported):
 
 * ``refused``: ``complete`` without its ``todo_id``, answered with the tool error
   ``invalid_argument``: the whole MCP path (HTTP, the endpoint's token from memory, the session,
-  the SDK's dispatch, the arguments checked) and no statement.
+  the request's checks against the SDK's protocol surface, since 2026-12-03 in the request's own
+  task rather than the SDK's dispatcher (``switchboard/mcp/tool_calls.py``), the arguments
+  checked) and no statement.
 * ``empty claim``: ``claim_next`` on an endpoint with no pending todo: the MCP path plus one claim
   statement that finds nothing.
 * ``cycle``: ``claim_next`` then ``complete`` of the todo it brought, per call (the agent's loop).
