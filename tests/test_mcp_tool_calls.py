@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestServer, make_mocked_request
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -372,7 +372,8 @@ def test_only_one_plain_lifecycle_tools_call_is_taken(body: bytes, taken: bool) 
     ],
 )
 def test_accepting_json_is_judged_as_the_sdk_judges_it(accept: str, json_ok: bool) -> None:
-    assert accepts_json(accept) is json_ok
+    request = make_mocked_request("POST", "/mcp", headers={"Accept": accept} if accept else {})
+    assert accepts_json(request) is json_ok
 
 
 @pytest.mark.parametrize("depth", [150, 400, 1100])

@@ -261,7 +261,7 @@ class McpService:
             or not connection.initialize_accepted
             or transport.is_terminated
             or (idle is not None and idle.cancel_called)
-            or not tool_calls.accepts_json(request.headers.get("Accept", ""))
+            or not tool_calls.accepts_json(request)
         ):
             return None
         session.busy += 1

@@ -29,13 +29,14 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 import orjson
 import pydantic_core
 from aiohttp import web
+from mcp.server.streamable_http import check_accept_headers
 from mcp_types import methods
 from pydantic import ValidationError
 
@@ -107,11 +108,12 @@ def parse(method: str, body: bytes) -> ToolCall | None:
     return ToolCall(request_id, name, params)
 
 
-def accepts_json(accept: str) -> bool:
-    """Whether an ``Accept`` header admits a JSON answer, as the SDK's transport judges it
-    (``mcp.server.streamable_http.check_accept_headers``: wildcards count)."""
-    types_ = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
-    return bool(types_ & {"application/json", "application/*", "*/*"})
+def accepts_json(request: web.Request) -> bool:
+    """Whether the request's ``Accept`` header admits a JSON answer, judged by the SDK's own
+    transport check (wildcards count). It reads nothing but ``request.headers``, which an aiohttp
+    request has too."""
+    has_json, _ = check_accept_headers(cast(Any, request))
+    return has_json
 
 
 async def answer(

@@ -469,8 +469,8 @@ def _endpoint_of(ctx: Any) -> Endpoint:
 async def call(
     services: Services, endpoint: Endpoint, name: str, arguments: dict[str, Any]
 ) -> types.CallToolResult:
-    """Answer one tool call of ``endpoint``: the SDK's ``tools/call`` handler, and the lifecycle
-    calls ``tool_calls`` answers without the SDK's per-request machinery."""
+    """Answer one tool call of ``endpoint``: the SDK's ``tools/call`` handler, and what
+    ``tool_calls`` answers without the SDK's per-request machinery."""
     if name not in TOOLS:
         return tool_error("invalid_argument", f"unknown tool {name[:64]!r}")
     if name not in endpoint.verbs:
