@@ -10,7 +10,10 @@ time. A second baseline row lets PgQueuer dequeue and ack in batches of 10, as i
 With ``--mcp``, the same cycles also run over MCP: one official SDK client session per claimer on a
 server process, calling the ``claim_next`` and ``complete`` tools; and, in the same invocation, the
 same claimers against ``bench/bare_mcp.py`` (the same SDK serving two no-op tools of those names in
-its own process: the protocol's floor).
+its own process: the protocol's floor). ``--clients sdk,lean`` (the default) runs every over-MCP
+row twice: with the SDK client, and with ``bench/lean_mcp.py``, which sends the same requests at a
+fraction of the SDK client's CPU (the load generator's share of the two cores, as wrk is for
+ingest), so that its rows show what the server, not the client, can do.
 
 ``max 10`` rows: ``claim_next`` asked for up to 10 todos at once, then each completed one by one
 (a cycle is still one todo; its time is the batch's time over the todos it brought). Switchboard's
@@ -26,12 +29,16 @@ Each round gets a fresh backlog of ``--cycles`` todos/jobs and stops when it is 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import functools
 import inspect
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -60,12 +67,16 @@ from bench.common import (
     tool,
 )
 from bench.cpu import CpuMeter
+from bench.lean_mcp import lean_session
 from switchboard import todos
 
 BATCH = 10
+Call = Callable[..., Awaitable[dict[str, Any]]]
 # Untimed cycles before the over-MCP rounds (Switchboard's and the floor's alike).
 WARM_UP = 20
 NOT_SUPPORTED = "n/a (not yet supported)"
+# The MCP clients a claimer can be: the official SDK client, or the lean load generator.
+CLIENTS = ("sdk", "lean")
 
 
 def claimed_todos(got: Any) -> list[dict[str, Any]]:
@@ -86,8 +97,20 @@ def store_supports_max() -> bool:
     return "max" in inspect.signature(todos.claim_next).parameters
 
 
-def label(queue: str, batch: int) -> str:
+def label(queue: str, batch: int, client: str = "sdk") -> str:
+    queue = queue if client == "sdk" else f"{queue}, lean client"
     return queue if batch == 1 else f"{queue} (max {batch})"
+
+
+@asynccontextmanager
+async def agent(base_url: str, token: str, client: str) -> AsyncIterator[Call]:
+    """An open MCP session of ``client``'s kind; yields its ``call(tool, **arguments)``."""
+    if client == "lean":
+        async with lean_session(base_url, token) as session:
+            yield session.call
+    else:
+        async with mcp_client(base_url, token) as sdk:
+            yield functools.partial(tool, sdk)
 
 
 def report_round(
@@ -175,27 +198,34 @@ async def tool_has_max(client: Any) -> bool:
 
 
 async def mcp_round(
-    base_url: str, token: str, n: int, cycles: int, seconds: float, batch: int, meter: CpuMeter | None = None
+    base_url: str,
+    token: str,
+    n: int,
+    cycles: int,
+    seconds: float,
+    batch: int,
+    meter: CpuMeter | None = None,
+    client: str = "sdk",
 ) -> tuple[int, float, Latencies, dict[str, float]]:
-    """``n`` SDK client sessions claiming and completing until the backlog is empty, ``cycles``
-    cycles are done or ``seconds`` have passed; returns (cycles, wall seconds, latencies, and
-    ``meter``'s CPU per cycle over the timed part)."""
+    """``n`` client sessions (``client``: ``sdk`` or ``lean``) claiming and completing until the
+    backlog is empty, ``cycles`` cycles are done or ``seconds`` have passed; returns (cycles, wall
+    seconds, latencies, and ``meter``'s CPU per cycle over the timed part)."""
     latencies = Latencies()
     done = 0
 
     async def claimer(ready: asyncio.Barrier) -> None:
         nonlocal done
-        async with mcp_client(base_url, token) as client:
+        async with agent(base_url, token, client) as call:
             await ready.wait()
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline and done < cycles:
                 started = time.perf_counter()
                 arguments = {} if batch == 1 else {"max": batch}
-                got = claimed_todos(await tool(client, "claim_next", **arguments))
+                got = claimed_todos(await call("claim_next", **arguments))
                 if not got:
                     return
                 for todo in got:
-                    await tool(client, "complete", todo_id=todo["id"], result={"ok": True})
+                    await call("complete", todo_id=todo["id"], result={"ok": True})
                 elapsed = time.perf_counter() - started
                 latencies.extend([elapsed / len(got)] * len(got))
                 done += len(got)
@@ -220,7 +250,12 @@ async def mcp_round(
 
 
 async def mcp_rounds(
-    bench_db: BenchDatabase, claimers: list[int], cycles: int, seconds: float, report: Report
+    bench_db: BenchDatabase,
+    claimers: list[int],
+    cycles: int,
+    seconds: float,
+    report: Report,
+    clients: tuple[str, ...] = ("sdk",),
 ) -> None:
     """The agent's path: each claimer an SDK client session on a server process, calling the
     ``claim_next`` and ``complete`` tools (MCP framing, auth and JSON included)."""
@@ -244,8 +279,8 @@ async def mcp_rounds(
         finally:
             await loader.db.dispose()
         await mcp_round(server.base_url, tenant.endpoint_token, 1, WARM_UP, 30, 1)
-        for batch in (1, BATCH):
-            queue = label("switchboard over MCP", batch)
+        for client, batch in [(c, b) for c in clients for b in (1, BATCH)]:
+            queue = label("switchboard over MCP", batch, client)
             if batch > 1 and not has_max:
                 report_unsupported(report, bench_db.engine, queue, claimers)
                 continue
@@ -260,25 +295,31 @@ async def mcp_rounds(
                 first += cycles
                 meter = CpuMeter(server.process.pid, database=bench_db.engine == "postgresql")
                 done, wall, latencies, cpu = await mcp_round(
-                    server.base_url, tenant.endpoint_token, n, cycles, seconds, batch, meter
+                    server.base_url, tenant.endpoint_token, n, cycles, seconds, batch, meter, client
                 )
                 report_round(report, bench_db.engine, queue, n, done, wall, latencies, cpu)
 
 
 async def bare_mcp_rounds(
-    claimers: list[int], cycles: int, seconds: float, report: Report, log_dir: Path
+    claimers: list[int],
+    cycles: int,
+    seconds: float,
+    report: Report,
+    log_dir: Path,
+    clients: tuple[str, ...] = ("sdk",),
 ) -> None:
     """The floor: the same claimers against ``bench/bare_mcp.py`` (no store, nothing to drain, so
     each round stops at ``cycles`` or ``seconds``)."""
     async with server_process(None, None, module="bench.bare_mcp", log_dir=log_dir) as server:
         await mcp_round(server.base_url, "bare", 1, WARM_UP, 30, 1)
-        for batch in (1, BATCH):
+        for client, batch in [(c, b) for c in clients for b in (1, BATCH)]:
             for n in claimers:
                 meter = CpuMeter(server.process.pid)
                 done, wall, latencies, cpu = await mcp_round(
-                    server.base_url, "bare", n, cycles, seconds, batch, meter
+                    server.base_url, "bare", n, cycles, seconds, batch, meter, client
                 )
-                report_round(report, "none", label("bare MCP SDK", batch), n, done, wall, latencies, cpu)
+                queue = label("bare MCP SDK", batch, client)
+                report_round(report, "none", queue, n, done, wall, latencies, cpu)
 
 
 async def pgqueuer_rounds(
@@ -336,6 +377,14 @@ async def pgqueuer_rounds(
         await admin.close()
 
 
+def mcp_clients(text: str) -> tuple[str, ...]:
+    """``--clients``: a comma-separated subset of CLIENTS."""
+    chosen = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not chosen or any(c not in CLIENTS for c in chosen):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(CLIENTS)}, comma-separated")
+    return chosen
+
+
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--claimers", type=positive_ints, default=[1, 4, 16])
@@ -343,6 +392,12 @@ async def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="time cap per round")
     p.add_argument("--no-baseline", action="store_true", help="skip PgQueuer on PostgreSQL")
     p.add_argument("--mcp", action="store_true", help="also drive the tools over MCP, and the bare SDK floor")
+    p.add_argument(
+        "--clients",
+        type=mcp_clients,
+        default=CLIENTS,
+        help="MCP clients for the over-MCP rows: sdk, lean or sdk,lean (default)",
+    )
     p.add_argument("--quick", action="store_true", help="claimers 1,4, 200 cycles, 10 s, with --mcp")
     args = p.parse_args()
     if args.quick:
@@ -367,7 +422,7 @@ async def main() -> None:
                 await switchboard_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch)
             if args.mcp:
                 heading(f"the same over MCP on {engine}: one SDK client session per claimer")
-                await mcp_rounds(bench_db, args.claimers, args.cycles, args.seconds, report)
+                await mcp_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, args.clients)
             if engine == "postgresql" and not args.no_baseline:
                 heading("baseline: PgQueuer dequeue + ack on the same database")
                 await pgqueuer_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch=1)
@@ -375,7 +430,9 @@ async def main() -> None:
     if args.mcp:
         heading("floor: the bare mcp SDK server (two no-op tools), the same claimers")
         with tempfile.TemporaryDirectory(prefix="sbbench-") as log_dir:
-            await bare_mcp_rounds(args.claimers, args.cycles, args.seconds, report, Path(log_dir))
+            await bare_mcp_rounds(
+                args.claimers, args.cycles, args.seconds, report, Path(log_dir), args.clients
+            )
 
 
 if __name__ == "__main__":
