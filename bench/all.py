@@ -26,7 +26,21 @@ from bench.render import render
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL: list[tuple[str, list[str]]] = [
-    ("ingest", ["--db", "both", "--senders", "1,8,32", "--deliveries", "6000", "--seconds", "45"]),
+    (
+        "ingest",
+        [
+            "--db",
+            "both",
+            "--senders",
+            "1,8,32",
+            "--deliveries",
+            "6000",
+            "--seconds",
+            "45",
+            "--processes",
+            "1,2",
+        ],
+    ),
     ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "20", "--mcp"]),
     ("calls", ["--db", "both", "--calls", "1000", "--rounds", "3"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
@@ -40,7 +54,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("crash", ["--db", "both", "--deliveries", "1500", "--senders", "16", "--kills", "5"]),
 ]
 QUICK: list[tuple[str, list[str]]] = [
-    ("ingest", ["--db", "both", "--quick"]),
+    ("ingest", ["--db", "both", "--quick", "--processes", "1,2"]),
     ("claim", ["--db", "both", "--quick"]),
     ("calls", ["--db", "both", "--quick"]),
     ("backlog", ["--db", "both", "--sizes", "1000,10000", "--claims", "50"]),
@@ -48,7 +62,7 @@ QUICK: list[tuple[str, list[str]]] = [
     ("reply", ["--db", "both", "--quick"]),
     ("crash", ["--db", "both", "--quick"]),
 ]
-TIME_LIMIT = 15 * 60
+TIME_LIMIT = 25 * 60
 
 
 def load(path: Path) -> list[dict[str, Any]]:

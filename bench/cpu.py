@@ -76,11 +76,19 @@ class CpuMeter:
     server_pid: int | None = None
     database: bool = False
     client: bool = True
+    # More server processes whose CPU counts as the server's (several serving one database).
+    other_pids: tuple[int, ...] = ()
     _start: dict[str, float | None] | None = None
+
+    def _server(self) -> float | None:
+        if self.server_pid is None:
+            return None
+        times = [cpu_seconds(pid) for pid in (self.server_pid, *self.other_pids)]
+        return None if any(t is None for t in times) else sum(t or 0.0 for t in times)
 
     def _read(self) -> dict[str, float | None]:
         return {
-            "server": cpu_seconds(self.server_pid) if self.server_pid is not None else None,
+            "server": self._server(),
             "client": time.process_time() if self.client else None,
             "database": postgres_cpu_seconds() if self.database else None,
         }

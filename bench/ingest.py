@@ -21,6 +21,11 @@ every available sender driver (``--driver``: Python aiohttp tasks, or ``wrk`` wi
 ``bench/wrk_signed.lua``), so the table also shows how far each driver itself can go: a
 Switchboard row far below the bare row of its own driver is not limited by its senders.
 
+``--processes 1,2`` also measures several server processes on one PostgreSQL database, the
+production topology of the README ("several processes"), the senders spread evenly over them as a
+load balancer would (``senders.spread_blast``); the bare anchor is measured with as many processes,
+so every share compares like with like. SQLite is one process: its rows are measured with one.
+
     .venv/bin/python -m bench.ingest --db both --senders 1,8,32 --deliveries 2000
     .venv/bin/python -m bench.ingest --quick
 """
@@ -28,6 +33,7 @@ Switchboard row far below the bare row of its own driver is not limited by its s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -54,7 +60,7 @@ from bench.common import (
     server_process,
 )
 from bench.cpu import CpuMeter
-from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
+from bench.senders import DRIVERS, blast, signed_bodies, spread_blast, wrk_available
 from switchboard.db import Database
 from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
@@ -107,35 +113,57 @@ def row(result: dict[str, Any]) -> dict[str, Any]:
 
 
 async def ceiling(
-    drivers: list[str], senders: list[int], deliveries: int, seconds: float, report: Report
+    drivers: list[str],
+    senders: list[int],
+    deliveries: int,
+    seconds: float,
+    report: Report,
+    processes: int = 1,
 ) -> None:
     """The bare handler under each driver and sender count (its own bounds: it answers in well
-    under a millisecond, so Switchboard's delivery count would time nothing)."""
-    heading(f"ceiling: {CEILING} answering 202, senders {senders}, drivers {drivers}")
+    under a millisecond, so Switchboard's delivery count would time nothing), in ``processes``
+    processes with the senders spread over them."""
+    heading(f"ceiling: {CEILING} answering 202, senders {senders}, drivers {drivers}, processes {processes}")
     bodies = signed_bodies("bench-ceiling-secret")
     with tempfile.TemporaryDirectory(prefix="sbbench-") as log_dir:
-        async with (
-            server_process(None, None, module="bench.bare", log_dir=Path(log_dir)) as server,
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
-        ):
-            url = f"{server.base_url}/webhooks/bare"
-            await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
+        async with contextlib.AsyncExitStack() as stack:
+            servers = [
+                await stack.enter_async_context(
+                    server_process(None, None, module="bench.bare", log_dir=Path(log_dir))
+                )
+                for _ in range(processes)
+            ]
+            http = await stack.enter_async_context(
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            )
+            urls = [f"{server.base_url}/webhooks/bare" for server in servers]
+            for url in urls:
+                await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
             for driver in drivers:
                 for n in senders:
-                    meter = CpuMeter(server.process.pid, client=False)
+                    meter = _meter(servers)
                     meter.start()
-                    result = await blast(
-                        driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
+                    result = await spread_blast(
+                        driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
                     )
                     report.add(
                         engine="none",
                         server=CEILING,
+                        processes=processes,
                         driver=driver,
                         senders=n,
                         **row(result),
                         **meter.per(int(result["sent"]), "request"),
-                        server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
+                        server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
                     )
+
+
+def _meter(servers: list[Any], database: bool = False) -> CpuMeter:
+    """CPU of every server process (the load comes from elsewhere: wrk or this process's senders)."""
+    first, *others = servers
+    return CpuMeter(
+        first.process.pid, database=database, client=False, other_pids=tuple(s.process.pid for s in others)
+    )
 
 
 async def measure(
@@ -146,10 +174,11 @@ async def measure(
     seconds: float,
     report: Report,
     rules: int = 0,
+    processes: int = 1,
 ) -> None:
     heading(
         f"ingest on {engine}: signed GitHub deliveries, {rules} routing rules, "
-        f"senders {senders}, driver {driver}"
+        f"senders {senders}, driver {driver}, processes {processes}"
     )
     async with private_database(engine) as bench_db:
         key = new_key()
@@ -166,34 +195,39 @@ async def measure(
         secret = tenant.webhook_secret
         acked: set[str] = set()
         in_flight = 0
-        async with server_process(bench_db, key) as server:
-            url = f"{server.base_url}/webhooks/{tenant.ingest_token}"
+        async with contextlib.AsyncExitStack() as stack:
+            servers = [
+                await stack.enter_async_context(server_process(bench_db, key)) for _ in range(processes)
+            ]
+            urls = [f"{server.base_url}/webhooks/{tenant.ingest_token}" for server in servers]
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
                 # Warm-up: connection pools, plugin imports, first-statement caches.
-                warm = await blast(
-                    "python", http, url, signed_bodies(secret, 100), senders=4, total=100, seconds=30
-                )
-                acked.update(warm["todo_ids"])
+                for url in urls:
+                    warm = await blast(
+                        "python", http, url, signed_bodies(secret, 100), senders=4, total=100, seconds=30
+                    )
+                    acked.update(warm["todo_ids"])
                 for n in senders:
                     # A body of its own for every delivery this round may send (see senders.distinct).
                     bodies = signed_bodies(secret, deliveries)
-                    meter = CpuMeter(server.process.pid, client=False)
+                    meter = _meter(servers)
                     meter.start()
-                    result = await blast(
-                        driver, http, url, bodies, senders=n, total=deliveries, seconds=seconds
+                    result = await spread_blast(
+                        driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
                     )
                     acked.update(result["todo_ids"])
                     in_flight += int(result["in_flight_at_stop"])
                     report.add(
                         engine=engine,
                         server="switchboard",
+                        processes=processes,
                         rules=rules,
                         driver=driver,
                         senders=n,
                         **row(result),
                         **meter.per(int(result["sent"]), "request"),
-                        server_rss_mib=round(server.rss_mib() or 0, 1),
-                        server_peak_rss_mib=round(server.peak_rss_mib() or 0, 1),
+                        server_rss_mib=round(sum(s.rss_mib() or 0 for s in servers), 1),
+                        server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
                     )
         # Every acknowledged delivery is durable: look each acknowledged todo up.
         db = Database(bench_db.url)
@@ -206,6 +240,7 @@ async def measure(
             await db.dispose()
         report.add(
             engine=engine,
+            processes=processes,
             rules=rules,
             driver=driver,
             check="acknowledged todos stored",
@@ -241,6 +276,12 @@ async def main() -> None:
     p.add_argument("--no-ceiling", action="store_true", help=f"skip the {CEILING} anchor rows")
     p.add_argument("--ceiling-requests", type=int, default=30_000, help="bare requests per row (bound)")
     p.add_argument("--ceiling-seconds", type=float, default=5.0, help="time cap per bare row")
+    p.add_argument(
+        "--processes",
+        type=positive_ints,
+        default=[1],
+        help="server processes sharing the load, e.g. 1,2 (more than one: PostgreSQL only)",
+    )
     p.add_argument("--quick", action="store_true", help="senders 1,8,32, 100 deliveries, 10 s")
     args = p.parse_args()
     if args.quick:
@@ -255,10 +296,19 @@ async def main() -> None:
     report = Report("ingest", args.json_path)
     if not args.no_ceiling:
         drivers = ["python", "wrk"] if wrk_available() else ["python"]
-        await ceiling(drivers, args.senders, args.ceiling_requests, args.ceiling_seconds, report)
+        for processes in args.processes:
+            await ceiling(
+                drivers, args.senders, args.ceiling_requests, args.ceiling_seconds, report, processes
+            )
     for engine in engines_of(args.db):
-        for rules in args.rules:
-            await measure(engine, driver, args.senders, args.deliveries, args.seconds, report, rules)
+        for processes in args.processes:
+            if processes > 1 and engine == "sqlite":
+                # SQLite is for a single process (README): its one writer connection is per process.
+                continue
+            for rules in args.rules:
+                await measure(
+                    engine, driver, args.senders, args.deliveries, args.seconds, report, rules, processes
+                )
 
 
 if __name__ == "__main__":

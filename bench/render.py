@@ -42,14 +42,20 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
     if not measured:
         return []
     ceiling = {
-        (r["driver"], r["senders"]): r["per_second"] for r in measured if r.get("server") == "bare aiohttp"
+        (r["driver"], r["senders"], r.get("processes", 1)): r["per_second"]
+        for r in measured
+        if r.get("server") == "bare aiohttp"
     }
 
     def share(r: dict[str, Any]) -> str | None:
         if r.get("server") == "bare aiohttp":
             return "ceiling"
-        top = ceiling.get((r.get("driver", "python"), r["senders"]))
+        top = ceiling.get((r.get("driver", "python"), r["senders"], r.get("processes", 1)))
         return f"{r['per_second'] / top:.1%}" if top else None
+
+    def server(r: dict[str, Any]) -> str:
+        name = str(r.get("server", "switchboard"))
+        return name if r.get("processes", 1) == 1 else f"{name}, {r['processes']} processes"
 
     out = ["\n### Ingest: signed GitHub deliveries over HTTP\n"]
     out.append(
@@ -72,7 +78,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
             [
                 [
                     r["senders"],
-                    r.get("server", "switchboard"),
+                    server(r),
                     ENGINE_LABEL[r["engine"]],
                     r.get("rules", 0) if r.get("server") != "bare aiohttp" else "-",
                     r.get("driver", "python"),
@@ -89,6 +95,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     measured,
                     key=lambda r: (
                         r["senders"],
+                        r.get("processes", 1),
                         r.get("server") != "bare aiohttp",
                         r["engine"],
                         r.get("rules", 0),
@@ -99,16 +106,18 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         )
     )
     out.append(
-        '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender and '
-        "senders. The bare rows under each sender show how far that sender itself goes. "
+        '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender, '
+        "senders and number of processes (2 processes: of one database, the senders spread evenly "
+        "over them). The bare rows under each sender show how far that sender itself goes. "
         '"rules": the webhook\'s routing rules (10: every delivery evaluated by all ten, '
         "bench/ingest.py's RULES). "
         '"server CPU": the server process and its rule workers, not PostgreSQL\'s backends.'
     )
     for r in rows:
         if "check" in r:
+            processes = "" if r.get("processes", 1) == 1 else f", {r['processes']} processes"
             line = (
-                f"\n{ENGINE_LABEL[r['engine']]}, {r.get('rules', 0)} rules: "
+                f"\n{ENGINE_LABEL[r['engine']]}, {r.get('rules', 0)} rules{processes}: "
                 f"{r['acknowledged']} acknowledged todos, "
                 f"{r.get('acknowledged_not_stored', 0)} of them not stored; {r['stored']} stored"
             )

@@ -250,3 +250,64 @@ async def blast(
     if driver == "wrk":
         return await wrk_blast(url, bodies, senders=senders, total=total, seconds=seconds)
     return await python_blast(http, url, bodies, senders=senders, total=total, seconds=seconds)
+
+
+async def spread_blast(
+    driver: str,
+    http: aiohttp.ClientSession,
+    urls: list[str],
+    bodies: list[Signed],
+    *,
+    senders: int,
+    total: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """The same load spread evenly over several servers of one database, as a load balancer in
+    front of them would: each URL gets its share of the senders, of the count and of the bodies
+    (every delivery still distinct), all at once. Counts add up; the wall time is the longest
+    share's; p50, p99 and max are the worst share's (its own percentiles; wrk keeps no samples to
+    pool), the mean is weighted by answers. Fewer senders than servers use as many servers as
+    there are senders (a sender is one connection)."""
+    urls = urls[: max(1, min(len(urls), senders))]
+    if len(urls) == 1:
+        return await blast(driver, http, urls[0], bodies, senders=senders, total=total, seconds=seconds)
+    k = len(urls)
+    parts = await asyncio.gather(
+        *(
+            blast(
+                driver,
+                http,
+                url,
+                bodies[i::k],
+                senders=senders // k + (1 if i < senders % k else 0),
+                total=total // k + (1 if i < total % k else 0),
+                seconds=seconds,
+            )
+            for i, url in enumerate(urls)
+        )
+    )
+    statuses: dict[int, int] = {}
+    for part in parts:
+        statuses[202] = statuses.get(202, 0) + part["acked"]
+        for status, n in (part["other_statuses"] or {}).items():
+            statuses[int(status)] = statuses.get(int(status), 0) + n
+    answered = sum(int(part.get("n") or 0) for part in parts)
+    latencies = {
+        "n": answered,
+        **{key: max(part.get(key) or 0.0 for part in parts) for key in ("p50_ms", "p99_ms", "max_ms")},
+        "mean_ms": round(
+            sum((part.get("mean_ms") or 0.0) * int(part.get("n") or 0) for part in parts) / answered, 3
+        )
+        if answered
+        else None,
+    }
+    wall = max(part["seconds"] for part in parts)
+    result = _result(
+        statuses,
+        wall,
+        latencies,
+        sum(part["todos_created"] for part in parts),
+        [todo for part in parts for todo in part["todo_ids"]],
+    )
+    result["in_flight_at_stop"] = sum(part["in_flight_at_stop"] for part in parts)
+    return result
