@@ -175,7 +175,14 @@ def claim_section(rows: list[dict[str, Any]]) -> list[str]:
         out += [
             "\n#### CPU per cycle over MCP (ms)\n",
             table(
-                ["path", "claimers", "cycles/s", "server", "clients (the SDK sessions)", "PostgreSQL"],
+                [
+                    "path",
+                    "claimers",
+                    "cycles/s",
+                    "server",
+                    "clients (the sessions: SDK or lean)",
+                    "PostgreSQL",
+                ],
                 [
                     [
                         name(r["engine"], r["queue"]),
