@@ -294,10 +294,12 @@ async def test_an_expired_lease_returns_the_todo(db: Database, base_url: str) ->
     ep, token = await vend(db)
     todo = await add_todo(db, ep)
     async with connect(base_url, token, ep) as slow, connect(base_url, token, ep) as other:
-        await slow.ok("claim", todo_id=todo.id, lease_seconds=1)
+        # Long enough that the other agent's claim_next comes well inside it on a loaded machine
+        # (with 1 s, a slow CI run saw the lease expire and the todo reaped before it).
+        await slow.ok("claim", todo_id=todo.id, lease_seconds=3)
         assert await other.ok("claim_next") == {"empty": True}
         # The reaper runs every second in the server.
-        for _ in range(40):
+        for _ in range(80):
             await asyncio.sleep(0.1)
             if (await other.ok("get_todo", todo_id=todo.id))["state"] == "pending":
                 break
