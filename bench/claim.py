@@ -257,8 +257,9 @@ async def mcp_rounds(
     report: Report,
     clients: tuple[str, ...] = ("sdk",),
 ) -> None:
-    """The agent's path: each claimer an SDK client session on a server process, calling the
-    ``claim_next`` and ``complete`` tools (MCP framing, auth and JSON included)."""
+    """The agent's path: each claimer a client session (one round per client of ``clients``) on a
+    server process, calling the ``claim_next`` and ``complete`` tools (MCP framing, auth and JSON
+    included)."""
     key = new_key()
     services = make_services(bench_db, key)
     try:
@@ -421,7 +422,8 @@ async def main() -> None:
             for batch in (1, BATCH):
                 await switchboard_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, batch)
             if args.mcp:
-                heading(f"the same over MCP on {engine}: one SDK client session per claimer")
+                clients = ", ".join(args.clients)
+                heading(f"the same over MCP on {engine}: one client session per claimer ({clients})")
                 await mcp_rounds(bench_db, args.claimers, args.cycles, args.seconds, report, args.clients)
             if engine == "postgresql" and not args.no_baseline:
                 heading("baseline: PgQueuer dequeue + ack on the same database")

@@ -497,6 +497,18 @@ async def server_process(
         await stop_server(server)
 
 
+@contextlib.asynccontextmanager
+async def server_processes(
+    count: int, bench_db: BenchDatabase | None, key: str | None, **options: Any
+) -> AsyncIterator[list[ServerProcess]]:
+    """``count`` of ``server_process`` at once (several processes of one database, each on its
+    own port), all stopped when the block ends."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(server_process(bench_db, key, **options)) for _ in range(count)
+        ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Figures
 

@@ -33,7 +33,6 @@ so every share compares like with like. SQLite is one process: its rows are meas
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +46,7 @@ from sqlalchemy import func, select
 
 from bench.common import (
     Report,
+    ServerProcess,
     engines_of,
     heading,
     machine,
@@ -57,7 +57,7 @@ from bench.common import (
     private_database,
     provision,
     run,
-    server_process,
+    server_processes,
 )
 from bench.cpu import CpuMeter
 from bench.senders import DRIVERS, blast, signed_bodies, spread_blast, wrk_available
@@ -126,16 +126,10 @@ async def ceiling(
     heading(f"ceiling: {CEILING} answering 202, senders {senders}, drivers {drivers}, processes {processes}")
     bodies = signed_bodies("bench-ceiling-secret")
     with tempfile.TemporaryDirectory(prefix="sbbench-") as log_dir:
-        async with contextlib.AsyncExitStack() as stack:
-            servers = [
-                await stack.enter_async_context(
-                    server_process(None, None, module="bench.bare", log_dir=Path(log_dir))
-                )
-                for _ in range(processes)
-            ]
-            http = await stack.enter_async_context(
-                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-            )
+        async with (
+            server_processes(processes, None, None, module="bench.bare", log_dir=Path(log_dir)) as servers,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        ):
             urls = [f"{server.base_url}/webhooks/bare" for server in servers]
             for url in urls:
                 await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
@@ -158,12 +152,10 @@ async def ceiling(
                     )
 
 
-def _meter(servers: list[Any], database: bool = False) -> CpuMeter:
+def _meter(servers: list[ServerProcess]) -> CpuMeter:
     """CPU of every server process (the load comes from elsewhere: wrk or this process's senders)."""
     first, *others = servers
-    return CpuMeter(
-        first.process.pid, database=database, client=False, other_pids=tuple(s.process.pid for s in others)
-    )
+    return CpuMeter(first.process.pid, client=False, other_pids=tuple(s.process.pid for s in others))
 
 
 async def measure(
@@ -195,10 +187,7 @@ async def measure(
         secret = tenant.webhook_secret
         acked: set[str] = set()
         in_flight = 0
-        async with contextlib.AsyncExitStack() as stack:
-            servers = [
-                await stack.enter_async_context(server_process(bench_db, key)) for _ in range(processes)
-            ]
+        async with server_processes(processes, bench_db, key) as servers:
             urls = [f"{server.base_url}/webhooks/{tenant.ingest_token}" for server in servers]
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
                 # Warm-up: connection pools, plugin imports, first-statement caches.
@@ -304,6 +293,7 @@ async def main() -> None:
         for processes in args.processes:
             if processes > 1 and engine == "sqlite":
                 # SQLite is for a single process (README): its one writer connection is per process.
+                heading(f"ingest on sqlite with {processes} processes: not measured (SQLite is one process)")
                 continue
             for rules in args.rules:
                 await measure(

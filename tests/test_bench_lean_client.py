@@ -59,4 +59,4 @@ async def test_the_lean_client_reads_what_the_sdk_client_reads(
 async def test_a_bad_token_stops_the_lean_client_at_the_handshake(base_url: str) -> None:
     with pytest.raises(LeanError, match="HTTP 401"):
         async with lean_session(base_url, "sbk_not-a-token"):
-            pass
+            raise AssertionError("the handshake was not refused")
