@@ -152,10 +152,13 @@ async def ceiling(
                     )
 
 
-def _meter(servers: list[ServerProcess]) -> CpuMeter:
-    """CPU of every server process (the load comes from elsewhere: wrk or this process's senders)."""
+def _meter(servers: list[ServerProcess], database: bool = False) -> CpuMeter:
+    """CPU of every server process (the load comes from elsewhere: wrk or this process's senders),
+    and with ``database`` of the local PostgreSQL's processes too."""
     first, *others = servers
-    return CpuMeter(first.process.pid, client=False, other_pids=tuple(s.process.pid for s in others))
+    return CpuMeter(
+        first.process.pid, client=False, database=database, other_pids=tuple(s.process.pid for s in others)
+    )
 
 
 async def measure(
@@ -199,7 +202,7 @@ async def measure(
                 for n in senders:
                     # A body of its own for every delivery this round may send (see senders.distinct).
                     bodies = signed_bodies(secret, deliveries)
-                    meter = _meter(servers)
+                    meter = _meter(servers, database=engine == "postgresql")
                     meter.start()
                     result = await spread_blast(
                         driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds

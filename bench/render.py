@@ -72,6 +72,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 "p50 ms",
                 "p99 ms",
                 "server CPU ms/request",
+                "PostgreSQL CPU ms/request",
                 "other answers",
                 "server peak RSS MiB",
             ],
@@ -88,6 +89,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     r.get("p50_ms"),
                     r.get("p99_ms"),
                     r.get("server_cpu_ms_per_request"),
+                    r.get("database_cpu_ms_per_request"),
                     ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
                     r["server_peak_rss_mib"],
                 ]
