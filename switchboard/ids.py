@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import secrets
@@ -10,7 +9,9 @@ import threading
 import time
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+# Every two characters, by the 10 bits they encode; the shifts of the 13 pairs, highest first.
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_SHIFTS = range(120, -10, -10)
 _lock = threading.Lock()
 _last = 0
 # The ids' random bits are read from the OS in blocks of 400 ids' worth: one system call each
@@ -45,11 +46,9 @@ def new_id(prefix: str) -> str:
         if value <= _last:
             value = _last + 1
         _last = value
-    # 26 characters of 5 bits: the value in the low 130 bits of 20 bytes, whose standard base32
-    # (in C) is 32 characters, the first 6 always "A" (zero); then the alphabet swapped. A loop
-    # over the 26 characters in Python was a fiftieth of a delivery's CPU (bench/README.md).
-    text = base64.b32encode(value.to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD)
-    return f"{prefix}_{text.decode('ascii')}"
+    # 26 characters of 5 bits, taken two at a time (13 look-ups of 10 bits): 1.4 µs where one
+    # character at a time took 3.4 (an id or two per delivery, bench/README.md 2026-12-04).
+    return f"{prefix}_{''.join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])}"
 
 
 def new_token(prefix: str, nbytes: int = 32) -> str:
