@@ -42,7 +42,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from bench.common import (
     Report,
@@ -66,6 +66,8 @@ from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
 
 CEILING = "bare aiohttp"
+STORE_FLOOR = "bare store"
+STORE_SECRET = "bench-bare-store-secret"
 
 
 # Ten rules in the worst order for cost: each delivery walks past the nine that ask about fields of
@@ -247,6 +249,66 @@ async def measure(
         )
 
 
+async def store_floor(
+    driver: str, senders: list[int], deliveries: int, seconds: float, report: Report, processes: int = 1
+) -> None:
+    """PostgreSQL: ``bench.bare_store`` (verify, parse, group commit; nothing else) under the same
+    senders as Switchboard's rows, on a database of its own; then every acknowledged todo is looked
+    up, as for Switchboard."""
+    heading(
+        f"floor: {STORE_FLOOR} (signature, JSON, group commit) on postgresql, senders {senders}, "
+        f"driver {driver}, processes {processes}"
+    )
+    acked: set[str] = set()
+    async with (
+        private_database("postgresql", migrate=False) as bench_db,
+        server_processes(
+            processes, bench_db, None, module="bench.bare_store", env={"BARE_STORE_SECRET": STORE_SECRET}
+        ) as servers,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+    ):
+        urls = [f"{server.base_url}/webhooks/bare" for server in servers]
+        for url in urls:
+            warm = await blast(
+                "python", http, url, signed_bodies(STORE_SECRET, 100), senders=4, total=100, seconds=30
+            )
+            acked.update(warm["todo_ids"])
+        for n in senders:
+            bodies = signed_bodies(STORE_SECRET, deliveries)
+            meter = _meter(servers, database=True)
+            meter.start()
+            result = await spread_blast(
+                driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
+            )
+            acked.update(result["todo_ids"])
+            report.add(
+                engine="postgresql",
+                server=STORE_FLOOR,
+                processes=processes,
+                driver=driver,
+                senders=n,
+                **row(result),
+                **meter.per(int(result["sent"]), "request"),
+                server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
+            )
+        db = Database(bench_db.url)
+        try:
+            async with db.read() as s:
+                stored = set((await s.scalars(text("SELECT id FROM bare_todos"))).all())
+        finally:
+            await db.dispose()
+    report.add(
+        engine="postgresql",
+        server=STORE_FLOOR,
+        processes=processes,
+        driver=driver,
+        check="acknowledged todos stored",
+        acknowledged=len(acked),
+        stored=len(stored),
+        acknowledged_not_stored=len(acked - stored),
+    )
+
+
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument(
@@ -265,7 +327,11 @@ async def main() -> None:
         default=[0, 10],
         help="routing rule counts to measure, each 0-10 (default 0,10)",
     )
-    p.add_argument("--no-ceiling", action="store_true", help=f"skip the {CEILING} anchor rows")
+    p.add_argument(
+        "--no-ceiling",
+        action="store_true",
+        help=f"skip the anchor rows ({CEILING}; {STORE_FLOOR} on PostgreSQL)",
+    )
     p.add_argument("--ceiling-requests", type=int, default=30_000, help="bare requests per row (bound)")
     p.add_argument("--ceiling-seconds", type=float, default=5.0, help="time cap per bare row")
     p.add_argument(
@@ -292,6 +358,9 @@ async def main() -> None:
             await ceiling(
                 drivers, args.senders, args.ceiling_requests, args.ceiling_seconds, report, processes
             )
+    if not args.no_ceiling and "postgresql" in engines_of(args.db):
+        for processes in args.processes:
+            await store_floor(driver, args.senders, args.deliveries, args.seconds, report, processes)
     for engine in engines_of(args.db):
         for processes in args.processes:
             if processes > 1 and engine == "sqlite":
