@@ -306,6 +306,7 @@ async def store_floor(
         acknowledged=len(acked),
         stored=len(stored),
         acknowledged_not_stored=len(acked - stored),
+        stored_unread=len(stored - acked),
     )
 
 

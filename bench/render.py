@@ -47,6 +47,18 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         if r.get("server") == "bare aiohttp"
     }
 
+    floor = {
+        (r["driver"], r["senders"], r.get("processes", 1)): r["per_second"]
+        for r in measured
+        if r.get("server") == "bare store"
+    }
+
+    def of_floor(r: dict[str, Any]) -> str | None:
+        if r.get("server", "switchboard") != "switchboard" or r.get("engine") != "postgresql":
+            return None
+        top = floor.get((r.get("driver", "python"), r["senders"], r.get("processes", 1)))
+        return f"{r['per_second'] / top:.2f}x" if top else None
+
     def share(r: dict[str, Any]) -> str | None:
         if r.get("server") == "bare aiohttp":
             return "ceiling"
@@ -69,6 +81,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 "acked",
                 "deliveries/s",
                 "of ceiling",
+                "of bare store",
                 "p50 ms",
                 "p99 ms",
                 "server CPU ms/request",
@@ -81,11 +94,12 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     r["senders"],
                     server(r),
                     ENGINE_LABEL[r["engine"]],
-                    r.get("rules", 0) if r.get("server") != "bare aiohttp" else "-",
+                    r.get("rules", 0) if r.get("server", "switchboard") == "switchboard" else "-",
                     r.get("driver", "python"),
                     r["acked"],
                     r["per_second"],
                     share(r),
+                    of_floor(r),
                     r.get("p50_ms"),
                     r.get("p99_ms"),
                     r.get("server_cpu_ms_per_request"),
@@ -99,6 +113,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                         r["senders"],
                         r.get("processes", 1),
                         r.get("server") != "bare aiohttp",
+                        r.get("server") != "bare store",
                         r["engine"],
                         r.get("rules", 0),
                         r.get("driver", ""),
@@ -111,15 +126,23 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender, '
         "senders and number of processes (2 processes: of one database, the senders spread evenly "
         "over them). The bare rows under each sender show how far that sender itself goes. "
+        '"of bare store": a Switchboard row on PostgreSQL over the bare store row (signature, JSON '
+        "and group commit only; bench/bare_store.py) of the same sender, senders and processes. "
         '"rules": the webhook\'s routing rules (10: every delivery evaluated by all ten, '
         "bench/ingest.py's RULES). "
-        '"server CPU": the server process and its rule workers, not PostgreSQL\'s backends.'
+        '"server CPU": the server process and its rule workers; "PostgreSQL CPU": every local '
+        "postgres process over the same interval."
     )
     for r in rows:
         if "check" in r:
             processes = "" if r.get("processes", 1) == 1 else f", {r['processes']} processes"
+            what = (
+                f"{r['server']} on {ENGINE_LABEL[r['engine']]}"
+                if r.get("server")
+                else f"{ENGINE_LABEL[r['engine']]}, {r.get('rules', 0)} rules"
+            )
             line = (
-                f"\n{ENGINE_LABEL[r['engine']]}, {r.get('rules', 0)} rules{processes}: "
+                f"\n{what}{processes}: "
                 f"{r['acknowledged']} acknowledged todos, "
                 f"{r.get('acknowledged_not_stored', 0)} of them not stored; {r['stored']} stored"
             )
