@@ -171,15 +171,19 @@ async def accept(request: web.Request) -> web.Response:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _error(400, "invalid_body")
-    row = Row(
-        event_id=f"ev_{uuid.uuid4().hex}",
-        key=request.headers.get("X-GitHub-Delivery") or hashlib.sha256(body).hexdigest(),
-        # str(): aiohttp's header names are a str subclass, which orjson refuses as keys.
-        headers=orjson.dumps({str(k): v for k, v in request.headers.items()}).decode(),
-        body=body,
-        todo_id=f"td_{uuid.uuid4().hex}",
-        payload=orjson.dumps(payload),
-    )
+    try:
+        row = Row(
+            event_id=f"ev_{uuid.uuid4().hex}",
+            key=request.headers.get("X-GitHub-Delivery") or hashlib.sha256(body).hexdigest(),
+            # str(): aiohttp's header names are a str subclass, which orjson refuses as keys.
+            headers=orjson.dumps({str(k): v for k, v in request.headers.items()}).decode(),
+            body=body,
+            todo_id=f"td_{uuid.uuid4().hex}",
+            payload=orjson.dumps(payload),
+        )
+    except orjson.JSONEncodeError:
+        # A header with undecodable bytes (a lone surrogate) or a body orjson read but cannot write.
+        return _error(400, "invalid_body")
     try:
         stored = await request.app[WRITER].submit(row)
     except (OSError, asyncpg.PostgresError):
