@@ -37,6 +37,8 @@ import orjson
 from aiohttp import web
 from sqlalchemy.engine import make_url
 
+from bench import bare
+
 TABLES = """
 CREATE TABLE IF NOT EXISTS bare_events (
     id text PRIMARY KEY,
@@ -52,12 +54,12 @@ CREATE TABLE IF NOT EXISTS bare_todos (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 """
-EVENTS = """
+INSERT_EVENTS = """
 INSERT INTO bare_events (id, delivery_key, headers, body)
 SELECT * FROM unnest($1::text[], $2::text[], $3::json[], $4::bytea[])
 ON CONFLICT DO NOTHING RETURNING id
 """
-TODOS = (
+INSERT_TODOS = (
     "INSERT INTO bare_todos (id, event_id, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])"
 )
 # Switchboard's columns as its migrations leave them (0009): lz4 where the server has it.
@@ -132,7 +134,7 @@ class Writer:
                 went = {
                     record["id"]
                     for record in await conn.fetch(
-                        EVENTS,
+                        INSERT_EVENTS,
                         [r.event_id for r in rows],
                         [r.key for r in rows],
                         [r.headers for r in rows],
@@ -142,7 +144,10 @@ class Writer:
                 new = [r for r in rows if r.event_id in went]
                 if new:
                     await conn.execute(
-                        TODOS, [r.todo_id for r in new], [r.event_id for r in new], [r.payload for r in new]
+                        INSERT_TODOS,
+                        [r.todo_id for r in new],
+                        [r.event_id for r in new],
+                        [r.payload for r in new],
                     )
         except Exception as exc:
             for _, future in batch:
@@ -191,12 +196,8 @@ async def accept(request: web.Request) -> web.Response:
     if not stored:
         return web.json_response({"todos": [], "created": 0, "disposition": "duplicate"}, status=202)
     return web.json_response(
-        {"todos": [{"id": row.todo_id}], "created": 1, "disposition": "routed"}, status=202
+        {"todos": [{"id": row.todo_id, "created": True}], "created": 1, "disposition": "routed"}, status=202
     )
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
 
 
 async def _database(app: web.Application) -> Any:
@@ -213,18 +214,14 @@ async def _database(app: web.Application) -> Any:
 
 
 def make_app() -> web.Application:
-    app = web.Application(client_max_size=5 * 1024 * 1024)
+    app = bare.make_app(accept)
     app[SECRET] = os.environ["BARE_STORE_SECRET"].encode()
     app.cleanup_ctx.append(_database)
-    app.router.add_post("/webhooks/{ingest_token}", accept)
-    app.router.add_get("/healthz", healthz)
     return app
 
 
 def main() -> None:
-    host = os.environ.get("SWITCHBOARD_HOST", "127.0.0.1")
-    port = int(os.environ.get("SWITCHBOARD_PORT", "8080"))
-    web.run_app(make_app(), host=host, port=port, print=None, handle_signals=True, shutdown_timeout=5)
+    bare.serve(make_app())
 
 
 if __name__ == "__main__":

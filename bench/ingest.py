@@ -60,7 +60,7 @@ from bench.common import (
     server_processes,
 )
 from bench.cpu import CpuMeter
-from bench.senders import DRIVERS, blast, signed_bodies, spread_blast, wrk_available
+from bench.senders import DRIVERS, Signed, blast, signed_bodies, spread_blast, wrk_available
 from switchboard.db import Database
 from switchboard.intake_config import Caller, set_rules
 from switchboard.models import Todo
@@ -114,6 +114,36 @@ def row(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k != "todo_ids"}
 
 
+async def timed_row(
+    servers: list[ServerProcess],
+    http: aiohttp.ClientSession,
+    urls: list[str],
+    driver: str,
+    bodies: list[Signed],
+    senders: int,
+    deliveries: int,
+    seconds: float,
+    *,
+    database: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One measured row: ``senders`` against ``urls`` (spread over the servers), with the servers'
+    CPU (and PostgreSQL's with ``database``) over it. Returns the blast's result (with its todo
+    ids) and the row's figures for the report."""
+    meter = _meter(servers, database=database)
+    meter.start()
+    result = await spread_blast(
+        driver, http, urls, bodies, senders=senders, total=deliveries, seconds=seconds
+    )
+    figures = {
+        "driver": driver,
+        "senders": senders,
+        **row(result),
+        **meter.per(int(result["sent"]), "request"),
+        "server_peak_rss_mib": round(max(s.peak_rss_mib() or 0 for s in servers), 1),
+    }
+    return result, figures
+
+
 async def ceiling(
     drivers: list[str],
     senders: list[int],
@@ -137,21 +167,8 @@ async def ceiling(
                 await blast("python", http, url, bodies, senders=4, total=200, seconds=30)
             for driver in drivers:
                 for n in senders:
-                    meter = _meter(servers)
-                    meter.start()
-                    result = await spread_blast(
-                        driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
-                    )
-                    report.add(
-                        engine="none",
-                        server=CEILING,
-                        processes=processes,
-                        driver=driver,
-                        senders=n,
-                        **row(result),
-                        **meter.per(int(result["sent"]), "request"),
-                        server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
-                    )
+                    _, figures = await timed_row(servers, http, urls, driver, bodies, n, deliveries, seconds)
+                    report.add(engine="none", server=CEILING, processes=processes, **figures)
 
 
 def _meter(servers: list[ServerProcess], database: bool = False) -> CpuMeter:
@@ -204,10 +221,16 @@ async def measure(
                 for n in senders:
                     # A body of its own for every delivery this round may send (see senders.distinct).
                     bodies = signed_bodies(secret, deliveries)
-                    meter = _meter(servers, database=engine == "postgresql")
-                    meter.start()
-                    result = await spread_blast(
-                        driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
+                    result, figures = await timed_row(
+                        servers,
+                        http,
+                        urls,
+                        driver,
+                        bodies,
+                        n,
+                        deliveries,
+                        seconds,
+                        database=engine == "postgresql",
                     )
                     acked.update(result["todo_ids"])
                     in_flight += int(result["in_flight_at_stop"])
@@ -216,12 +239,8 @@ async def measure(
                         server="switchboard",
                         processes=processes,
                         rules=rules,
-                        driver=driver,
-                        senders=n,
-                        **row(result),
-                        **meter.per(int(result["sent"]), "request"),
+                        **figures,
                         server_rss_mib=round(sum(s.rss_mib() or 0 for s in servers), 1),
-                        server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
                     )
         # Every acknowledged delivery is durable: look each acknowledged todo up.
         db = Database(bench_db.url)
@@ -275,22 +294,11 @@ async def store_floor(
             acked.update(warm["todo_ids"])
         for n in senders:
             bodies = signed_bodies(STORE_SECRET, deliveries)
-            meter = _meter(servers, database=True)
-            meter.start()
-            result = await spread_blast(
-                driver, http, urls, bodies, senders=n, total=deliveries, seconds=seconds
+            result, figures = await timed_row(
+                servers, http, urls, driver, bodies, n, deliveries, seconds, database=True
             )
             acked.update(result["todo_ids"])
-            report.add(
-                engine="postgresql",
-                server=STORE_FLOOR,
-                processes=processes,
-                driver=driver,
-                senders=n,
-                **row(result),
-                **meter.per(int(result["sent"]), "request"),
-                server_peak_rss_mib=round(max(s.peak_rss_mib() or 0 for s in servers), 1),
-            )
+            report.add(engine="postgresql", server=STORE_FLOOR, processes=processes, **figures)
         db = Database(bench_db.url)
         try:
             async with db.read() as s:

@@ -184,14 +184,14 @@ class _Pending:
 class IngestWriter:
     """The process's ingest writer. ``submit`` starts it on first use; ``close`` drains it."""
 
-    def __init__(self, services: Services, max_batch: int = MAX_BATCH, in_flight: int | None = None) -> None:
+    def __init__(self, services: Services, max_batch: int = MAX_BATCH) -> None:
         self.services = services
         self.max_batch = max_batch
         # Transactions at once: one on SQLite (every write goes through its one writer connection,
         # so a second would only wait, holding deliveries that could have joined the next batch);
         # two on PostgreSQL, so the next batch is decided and sent while the previous one waits
         # for its round trips and its commit's flush (bench/README.md, 2026-12-04).
-        self.in_flight = in_flight if in_flight is not None else (1 if services.db.is_sqlite else 2)
+        self.in_flight = 1 if services.db.is_sqlite else 2
         self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
