@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -216,17 +217,38 @@ UI_MAX_BODY_BYTES = 64 * bodies.KIB
 OTHER_MAX_BODY_BYTES = 64 * bodies.KIB
 
 
-def body_rules() -> tuple[list[bodies.BodyRule], bodies.BodyRule]:
-    """Every surface's body bounds, and the rule for any other path. Built per request from the
+def body_rules() -> tuple[tuple[bodies.BodyRule, ...], bodies.BodyRule]:
+    """Every surface's body bounds, and the rule for any other path. Read per request from the
     surfaces' own constants, so a test that shortens one (``ingest.BODY_READ_SECONDS``) is obeyed."""
-    deadline = bodies.DEADLINE_SECONDS
-    return [
+    return _body_rules(
+        ingest.MAX_BODY_BYTES,
+        ingest.BODY_READ_SECONDS,
+        mcp.sessions.MAX_BODY_BYTES,
+        API_MAX_BODY_BYTES,
+        UI_MAX_BODY_BYTES,
+        OTHER_MAX_BODY_BYTES,
+        bodies.DEADLINE_SECONDS,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _body_rules(
+    ingest_bytes: int,
+    ingest_seconds: float,
+    mcp_bytes: int,
+    api_bytes: int,
+    ui_bytes: int,
+    other: int,
+    deadline: float,
+) -> tuple[tuple[bodies.BodyRule, ...], bodies.BodyRule]:
+    # Made once per set of numbers: building the rules on every request cost a percent of ingest's CPU.
+    return (
         # Ingest streams its body itself under these same two numbers (see ingest._read_body).
-        bodies.BodyRule("/webhooks/", ingest.MAX_BODY_BYTES, ingest.BODY_READ_SECONDS, read_here=False),
-        bodies.BodyRule(mcp.sessions.PATH, mcp.sessions.MAX_BODY_BYTES, deadline),
-        bodies.BodyRule("/api/", API_MAX_BODY_BYTES, deadline),
-        bodies.BodyRule("/ui", UI_MAX_BODY_BYTES, deadline),
-    ], bodies.BodyRule("", OTHER_MAX_BODY_BYTES, deadline)
+        bodies.BodyRule("/webhooks/", ingest_bytes, ingest_seconds, read_here=False),
+        bodies.BodyRule(mcp.sessions.PATH, mcp_bytes, deadline),
+        bodies.BodyRule("/api/", api_bytes, deadline),
+        bodies.BodyRule("/ui", ui_bytes, deadline),
+    ), bodies.BodyRule("", other, deadline)
 
 
 _BODY_TITLES = {408: "Too slow", 413: "Too large", 400: "Unreadable request"}

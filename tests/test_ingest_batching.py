@@ -106,7 +106,7 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    real = ingest._todo_rows
+    real = ingest.todo_rows
 
     def todo_rows(*args: Any) -> list[dict[str, Any]]:
         rows = real(*args)
@@ -117,7 +117,7 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
                 row["endpoint_id"] = "ep_00000000000000000000000000"
         return rows
 
-    monkeypatch.setattr(ingest, "_todo_rows", todo_rows)
+    monkeypatch.setattr(ingest, "todo_rows", todo_rows)
     gate = Gate(monkeypatch, server.app[INGEST_WRITER])
     deliveries = (
         [_generic(n) for n in range(7)] + [_generic("bad", poison=True)] + [_generic(n) for n in range(7, 12)]
