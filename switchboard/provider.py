@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from switchboard.sanitize import read_by_orjson
 from switchboard.secretscan import Rule
 
 SecretOrigin = Literal["minted", "provider", "none"]
@@ -382,9 +383,12 @@ def _json_value(body: bytes) -> Any:
     few = len(body.translate(None, _NOT_OPENING)) <= _FEW_BRACKETS
     if few and _LONG_NUMBER not in body.translate(_DIGITS_AS_ZERO):
         try:
-            return orjson.loads(body)
+            value = orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
+        else:
+            read_by_orjson(value)
+            return value
     return json.loads(body)
 
 

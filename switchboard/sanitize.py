@@ -14,6 +14,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
@@ -44,6 +45,20 @@ def clean_line(text: object, limit: int) -> str:
         value = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
     value = " ".join(value.split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+# The value orjson last read from a request body in this task (``provider.json_object`` marks it).
+# A value orjson has just read holds only what JSON carries (no NaN: it refuses to read them; no
+# integer past 64 bits: ``json_object`` leaves those to the standard library), so orjson writes it
+# back exactly: ``storable_encoded`` of that very object skips the read-back check, a fifth of
+# ingest's JSON work (issue 12). A provider that edits the object in place keeps to JSON's values
+# (docs/plugins.md): one that put NaN into it would have it stored as null.
+_FRESH: ContextVar[Any] = ContextVar("switchboard_fresh_json", default=None)
+
+
+def read_by_orjson(value: Any) -> None:
+    """Note ``value`` as just read from JSON text by orjson (``storable_encoded`` trusts it)."""
+    _FRESH.set(value)
 
 
 def storable(payload: Any) -> Any:
@@ -94,7 +109,8 @@ def _orjson_encoded(payload: Any) -> bytes | None:
     (orjson writes ``1e-7`` where Python writes ``1e-07``): the same value, which the API and MCP
     show alike. orjson writes NaN and Infinity as ``null`` and a UUID or an Enum as its value, so
     the bytes are read back and must equal the payload: anything else takes the standard path,
-    which keeps a non-finite payload as text and refuses a value JSON cannot carry, as before.
+    which keeps a non-finite payload as text and refuses a value JSON cannot carry, as before. A
+    payload orjson itself has just read from the body holds none of those, so it is not read back.
     """
     if not isinstance(payload, dict | list):
         return None
@@ -104,6 +120,8 @@ def _orjson_encoded(payload: Any) -> bytes | None:
         return None
     if _nests_deeper(encoded, MAX_PAYLOAD_DEPTH):
         return None
+    if payload is _FRESH.get():
+        return encoded
     try:
         same = orjson.loads(encoded) == payload
     except orjson.JSONDecodeError:

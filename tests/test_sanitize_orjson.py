@@ -10,6 +10,7 @@ carry still refused. Each case is compared with the standard library itself, nev
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import json
@@ -145,6 +146,36 @@ def test_real_payloads_are_stored_as_the_same_bytes_through_orjson() -> None:
         fast = _orjson_encoded(payload)
         assert fast is not None, "a webhook payload takes the fast path"
         assert storable_encoded(payload) == (payload, encode_payload(payload))
+
+
+@SETTINGS
+@given(text=json_texts)
+def test_a_payload_just_read_from_its_body_is_stored_as_the_checked_path_stores_it(text: str) -> None:
+    """A payload orjson has just read is not read back (``sanitize.read_by_orjson``): its stored
+    form is still what the checked path makes of an equal copy, NaN, depth and all."""
+    value = json_object(text.encode("utf-8", "surrogatepass"))
+    if value is None:
+        return
+    copied = copy.deepcopy(value)
+    kept, encoded = storable_encoded(value)
+    checked_kept, checked = storable_encoded(copied)
+    assert _typed(kept) == _typed(checked_kept)
+    assert _typed(json.loads(encoded)) == _typed(json.loads(checked))
+
+
+@pytest.mark.parametrize("depth", [MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_DEPTH + 1])
+def test_a_payload_just_read_is_still_kept_as_text_when_too_deep(depth: int) -> None:
+    value = json_object(_nested(depth).encode())
+    kept, _ = storable_encoded(value)
+    assert (kept.get("kept_as_text") == TOO_DEEP) is (depth > MAX_PAYLOAD_DEPTH)
+
+
+def test_real_payloads_just_read_are_stored_as_the_standard_library_writes_them() -> None:
+    for path in sorted((FIXTURES / "github").glob("*/*.json")):
+        value = json_object(path.read_bytes())
+        assert value is not None
+        kept, encoded = storable_encoded(value)
+        assert kept is value and encoded == encode_payload(json.loads(path.read_bytes()))
 
 
 def test_values_orjson_would_write_otherwise_take_the_standard_path() -> None:
