@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, select
+from sqlalchemy import ColumnElement, Select, bindparam, or_, select
 
-from switchboard.db import Database, is_unavailable
-from switchboard.direct import Combiner, Outcome, Steps
+from switchboard.db import Database
+from switchboard.direct import Steps
 from switchboard.models import Connection, Reply
 from switchboard.plugins import Providers, UnknownKind
 from switchboard.provider import Address, ConnectionKind, Delivery, EchoClues, Verdict
@@ -36,12 +36,9 @@ log = logging.getLogger("switchboard.echo")
 
 # The echo reads run on the driver directly (``Database.read_steps``): ingest runs one for every
 # delivery that carries a comment id, and through a session that read cost more than the rest of
-# the delivery's storing (issue 12). The deliveries that check at the same time are checked
-# together (``Combiner``): one read of each kind for all of them, each answer then matched to
-# its delivery here, with the same tests the statements used to make one delivery at a time. A
-# direct statement is compiled once, so its lists of values are placeholders of fixed length:
-# each list is padded (repeating its last value, which matches nothing new) to the next power of
-# two, so a handful of statements serve every length.
+# the delivery's storing (issue 12). A direct statement is compiled once, so its lists of values
+# are placeholders of fixed length: each list is padded (repeating its last value, which matches
+# nothing new) to the next power of two, so a handful of statements serve every length.
 _REPLIES = Reply.__table__.c
 _CONNECTIONS = Connection.__table__.c
 
@@ -56,32 +53,37 @@ def _one_of(column: ColumnElement[Any], name: str, count: int) -> ColumnElement[
     return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
 
 
-_REPLY_COLUMNS = (_REPLIES.id, _REPLIES.owner_scope, _REPLIES.thread_key, _REPLIES.provider)
-
-
 @functools.cache
-def _by_object(scopes: int, object_ids: int) -> Select[Any]:
-    """The replies of the wanted scopes with one of the deliveries' object ids."""
-    return select(*_REPLY_COLUMNS, _REPLIES.provider_object_id).where(
-        _one_of(_REPLIES.provider_object_id, "object_id", object_ids),
-        _one_of(_REPLIES.owner_scope, "scope", scopes),
+def _by_object(scopes: int, object_ids: int) -> Select[tuple[str]]:
+    """Replies of the wanted scopes, same thread and provider (rows made before the provider was
+    kept have none; their thread names it anyway), with one of the delivery's object ids."""
+    return (
+        select(_REPLIES.owner_scope)
+        .where(_one_of(_REPLIES.provider_object_id, "object_id", object_ids), *_same_origin(scopes))
+        .distinct()
     )
 
 
 @functools.cache
-def _by_marker(scopes: int, markers: int) -> Select[Any]:
-    """The replies of the wanted scopes that the deliveries' markers name."""
-    return select(*_REPLY_COLUMNS).where(
-        _one_of(_REPLIES.id, "marker", markers), _one_of(_REPLIES.owner_scope, "scope", scopes)
-    )
+def _by_marker(scopes: int) -> Select[tuple[str]]:
+    return select(_REPLIES.owner_scope).where(_REPLIES.id == bindparam("marker"), *_same_origin(scopes))
 
 
 @functools.cache
-def _bots(scopes: int) -> Select[Any]:
-    """The connections of the wanted scopes, with their last test's facts."""
+def _bots(scopes: int) -> Select[tuple[str | None, str | None, str, Any]]:
+    """The connections of the wanted scopes for the provider, with their last test's facts."""
     c = _CONNECTIONS
-    return select(c.kind, c.owner_human_id, c.owner_team_id, c.account_key, c.last_test).where(
-        _one_of(c.owner_human_id, "scope", scopes) | _one_of(c.owner_team_id, "scope", scopes)
+    return select(c.owner_human_id, c.owner_team_id, c.account_key, c.last_test).where(
+        c.kind == bindparam("provider"),
+        _one_of(c.owner_human_id, "scope", scopes) | _one_of(c.owner_team_id, "scope", scopes),
+    )
+
+
+def _same_origin(scopes: int) -> tuple[ColumnElement[bool], ...]:
+    return (
+        _one_of(_REPLIES.owner_scope, "scope", scopes),
+        _REPLIES.thread_key == bindparam("thread"),
+        or_(_REPLIES.provider == bindparam("provider"), _REPLIES.provider.is_(None)),
     )
 
 
@@ -118,102 +120,40 @@ def has_clues(clues: EchoClues | None) -> bool:
     return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
 
 
-@dataclass(frozen=True)
-class Check:
-    """One delivery's question: for which of ``scopes`` (distinct, in order) is it their own reply?"""
-
-    scopes: tuple[str, ...]
-    origin: Origin
-
-
-def echo_steps(checks: Sequence[Check]) -> Steps[list[frozenset[str]]]:
-    """For each check, the scopes among its own for which its delivery is their own reply coming
-    back (the reads, as ``direct.Steps``, for all the checks at once; ``echo_scopes`` runs them).
+def echo_steps(scopes: Iterable[str], origin: Origin | None) -> Steps[frozenset[str]]:
+    """The scopes, among ``scopes``, for which the delivery is their own reply coming back (the
+    reads, as ``direct.Steps``; ``echo_scopes`` runs them).
 
     A scope matches when one of its replies to the same provider and thread has the delivery's
     object id, or is the reply the delivery's marker names, or when the delivery's bot is the bot a
     connection of that scope, of that provider and serving that address, recorded in its test.
     """
-    found = [set[str]() for _ in checks]
-    scopes = _padded("scope", list(dict.fromkeys(s for check in checks for s in check.scopes)))
-    object_ids = list(dict.fromkeys(i for check in checks for i in check.origin.clues.object_ids))
-    if object_ids:
-        ids = _padded("object_id", object_ids)
-        rows = yield _by_object(len(scopes), len(ids)), {**scopes, **ids}
-        for check, into in zip(checks, found, strict=True):
-            wanted = set(check.origin.clues.object_ids)
-            into.update(
-                r.owner_scope for r in rows if r.provider_object_id in wanted and _same_origin(r, check)
-            )
-    markers = list(dict.fromkeys(check.origin.clues.marker for check in checks if check.origin.clues.marker))
-    if markers:
-        named = _padded("marker", markers)
-        rows = yield _by_marker(len(scopes), len(named)), {**scopes, **named}
-        for check, into in zip(checks, found, strict=True):
-            marker = check.origin.clues.marker
-            into.update(r.owner_scope for r in rows if marker and r.id == marker and _same_origin(r, check))
-    if any(check.origin.clues.bot_id and check.origin.serves is not None for check in checks):
-        rows = yield _bots(len(scopes)), scopes
-        for check, into in zip(checks, found, strict=True):
-            into.update(_bot_scopes(check, rows))
-    return [frozenset(scopes) for scopes in found]
-
-
-def _same_origin(row: Any, check: Check) -> bool:
-    """A reply of one of the check's scopes, to its thread, by its provider (rows made before the
-    provider was kept have none; their thread names it anyway)."""
-    origin = check.origin
-    return (
-        row.owner_scope in check.scopes
-        and row.thread_key == origin.thread
-        and (row.provider == origin.provider or row.provider is None)
-    )
-
-
-def _bot_scopes(check: Check, connections: Sequence[Any]) -> set[str]:
-    """The check's scopes with a connection of its provider, serving its address, whose last test
-    found the delivery's bot."""
-    origin, bot_id = check.origin, check.origin.clues.bot_id
-    if not bot_id or origin.serves is None:
-        return set()
-    out = set()
-    for row in connections:
-        if row.kind != origin.provider or not (
-            row.owner_human_id in check.scopes or row.owner_team_id in check.scopes
-        ):
-            continue
-        facts = (row.last_test or {}).get("facts") or {}
-        if facts.get("bot_id") == bot_id and origin.serves(row.account_key):
-            out.add(row.owner_human_id or row.owner_team_id)
-    return out
-
-
-# At most this many deliveries' checks in one read: a burst's placeholders stay well inside both
-# engines' limits on a statement's parameters.
-_MOST_CHECKS = 128
-
-
-async def _check_batch(db: Database, checks: list[Check]) -> list[Outcome]:
-    answers: list[Outcome] = []
-    for start in range(0, len(checks), _MOST_CHECKS):
-        found = await db.read_steps(echo_steps(checks[start : start + _MOST_CHECKS]))
-        answers += [(True, scopes) for scopes in found]
-    return answers
-
-
-# A read the database refuses for one delivery's values (not an outage) fails that delivery only:
-# the batch is read again one check at a time.
-_CHECKS: Combiner[Database, Check] = Combiner(_check_batch, lambda exc: not is_unavailable(exc))
+    wanted = list(dict.fromkeys(scopes))
+    if origin is None or not wanted or not has_clues(origin.clues):
+        return frozenset()
+    clues, found = origin.clues, set[str]()
+    scope_values = _padded("scope", wanted)
+    same_origin = {**scope_values, "thread": origin.thread, "provider": origin.provider}
+    if clues.object_ids:
+        ids = list(dict.fromkeys(clues.object_ids))
+        statement = _by_object(len(scope_values), len(_padded("object_id", ids)))
+        rows = yield statement, {**same_origin, **_padded("object_id", ids)}
+        found.update(row.owner_scope for row in rows)
+    if clues.marker:
+        rows = yield _by_marker(len(scope_values)), {**same_origin, "marker": clues.marker}
+        found.update(row.owner_scope for row in rows)
+    if clues.bot_id and origin.serves is not None:
+        rows = yield _bots(len(scope_values)), {**scope_values, "provider": origin.provider}
+        for row in rows:
+            facts = (row.last_test or {}).get("facts") or {}
+            if facts.get("bot_id") == clues.bot_id and origin.serves(row.account_key):
+                found.add(row.owner_human_id or row.owner_team_id)
+    return frozenset(found)
 
 
 async def echo_scopes(db: Database, scopes: Iterable[str], origin: Origin | None) -> frozenset[str]:
-    """The scopes, among ``scopes``, for which a delivery of ``origin`` is their own reply: read
-    together with the other deliveries checking at the same time (``echo_steps``)."""
-    wanted = tuple(dict.fromkeys(scopes))
-    if origin is None or not wanted or not has_clues(origin.clues):
-        return frozenset()
-    found: frozenset[str] = await _CHECKS.submit(db, Check(wanted, origin))
-    return found
+    """``echo_steps``, run on a read connection."""
+    return await db.read_steps(echo_steps(scopes, origin))
 
 
 def clues_of(providers: Providers, delivery: Delivery, verdict: Verdict) -> EchoClues | None:

@@ -9,7 +9,6 @@ that made the reply.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import uuid
@@ -135,59 +134,6 @@ async def test_any_number_of_scopes_and_object_ids_match_exactly(db: Database, r
         )
     everyone = origin(GITHUB_THREAD, object_ids=tuple(f"{n}00" for n in range(1, 10)))
     assert await scopes_of(db, scopes[::-1] + scopes, everyone) == set(scopes)
-
-
-async def test_deliveries_checked_at_the_same_time_each_get_their_own_answer(
-    db: Database, replies: Replies, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A burst's checks are read together (one read of each kind); each answer is still its own
-    # delivery's, never a neighbour's: same scopes, same thread, same provider, same id or marker.
-    ada, _ = await replies.record(GITHUB_THREAD, "1001")
-    bob, _ = await replies.record(GITHUB_THREAD, "2002", handle="bob")
-    cy, marked = await replies.record(GITEA_THREAD, None, handle="cy")
-    other_issue = forge_address("github", "github.com", number=8)
-    asked = [
-        ([ada, bob], origin(GITHUB_THREAD, object_ids=("1001",)), {ada}),
-        ([ada, bob], origin(GITHUB_THREAD, object_ids=("2002",)), {bob}),
-        ([bob], origin(GITHUB_THREAD, object_ids=("1001",)), set()),
-        ([ada, bob], origin(GITEA_THREAD, object_ids=("1001",)), set()),
-        ([ada, bob], origin(other_issue, object_ids=("1001", "2002")), set()),
-        ([ada, bob, cy], origin(GITHUB_THREAD, object_ids=("1001", "2002")), {ada, bob}),
-        ([cy, ada], origin(GITEA_THREAD, marker=marked), {cy}),
-        ([ada], origin(GITEA_THREAD, marker=marked), set()),
-        ([cy], origin(other_issue, marker=marked), set()),
-    ]
-    reads = 0
-    read_steps = db.read_steps
-
-    async def counted(steps: Any) -> Any:
-        nonlocal reads
-        reads += 1
-        return await read_steps(steps)
-
-    monkeypatch.setattr(db, "read_steps", counted)
-    answers = await asyncio.gather(*(scopes_of(db, scopes, probe) for scopes, probe, _ in asked))
-    assert answers == [expected for _, _, expected in asked]
-    assert reads == 1
-    # Each alone answers the same.
-    for scopes, probe, expected in asked:
-        assert await scopes_of(db, scopes, probe) == expected
-
-
-async def test_a_check_the_database_refuses_fails_alone(db: Database, replies: Replies) -> None:
-    # A lone surrogate cannot be sent to either engine: that check's read fails, and the batch is
-    # read again one check at a time, so its neighbours still get their answers.
-    ada, _ = await replies.record(GITHUB_THREAD, "1001")
-    good = origin(GITHUB_THREAD, object_ids=("1001",))
-    poison = origin(GITHUB_THREAD, object_ids=("\ud800",))
-    answers = await asyncio.gather(
-        scopes_of(db, [ada], good),
-        scopes_of(db, [ada], poison),
-        scopes_of(db, [ada], good),
-        return_exceptions=True,
-    )
-    assert answers[0] == answers[2] == {ada}
-    assert isinstance(answers[1], Exception)
 
 
 async def test_replies_recorded_before_the_provider_was_kept_match_by_their_thread(
