@@ -41,6 +41,7 @@ from switchboard.ingest_retention import EVENT_RETENTION, prune_events
 from switchboard.ingest_writer import IngestWriter, Result, Rows
 from switchboard.instances import bind_address
 from switchboard.intake import Content, Plan, answered, plan, todo_rows
+from switchboard.logs import ACCESS_NOTE
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
@@ -225,7 +226,7 @@ async def _decide(
     delivery = Delivery(
         source=webhook.source, headers=request.headers, body=body, received_at=received_at, secret=secret
     )
-    verdict = _verify(services, config, delivery, _client(request))
+    verdict = _verify(services, config, delivery, request)
     if verdict.respond is not None:
         return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
@@ -293,14 +294,9 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
     if result.status != "stored":
         raise Refusal(503, "unavailable", "the delivery could not be stored; retry later")
     disposition = decision.disposition
-    log.info(
-        "ingest webhook=%s source=%s event=%s disposition=%s todos=%d",
-        webhook.id,
-        webhook.source,
-        decision.rows.event["event_type"],
-        disposition,
-        len(decision.rows.todos),
-    )
+    event, made_todos = decision.rows.event["event_type"], len(decision.rows.todos)
+    note = f"webhook={webhook.id} source={webhook.source} event={event} disposition={disposition}"
+    note += f" todos={made_todos}"
     made = decision.plan
     todos = answered(made, decision.rows.todos, result.folded) if made is not None else []
     return Outcome(
@@ -314,6 +310,7 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
         disposition,
         decision.rows.event["id"],
         decision.key,
+        note,
     )
 
 
@@ -404,7 +401,7 @@ def _signing_secret(services: Services, config: WebhookConfig, kind: SourceKind)
     return verified, secret
 
 
-def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remote: str | None) -> Verdict:
+def _verify(services: Services, config: WebhookConfig, delivery: Delivery, request: web.Request) -> Verdict:
     """Step 3: the provider's verdict over the raw bytes (it compares in constant time). A refusal
     is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
     source, webhook_id = delivery.source, config.id
@@ -425,7 +422,8 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, remot
             "ingest refused: webhook=%s source=%s remote=%s reason=%s",
             webhook_id,
             source,
-            remote,
+            # Worked out only for the refusal's log line (a trusted proxy's header is parsed).
+            _client(request),
             clean_line(verdict.detail, 200),
         )
         if verdict.error == "invalid_body":
@@ -534,6 +532,9 @@ async def handle_webhook(request: web.Request) -> web.Response:
     try:
         outcome = await _ingest(request, services, request.app[INGEST_LIMITER], seen)
         response, disposition = outcome.response, outcome.disposition
+        if outcome.note:
+            # Logged on the request's access line (``logs.RedactingAccessLogger``).
+            request[ACCESS_NOTE] = outcome.note
     except Refusal as refusal:
         response = refusal.response()
         reason, detail = refusal.code, refusal.detail

@@ -56,6 +56,8 @@ class Outcome:
     # The event stored (or, for a duplicate, the original) and the delivery key: the delivery log's.
     event_id: str | None = None
     key: str | None = None
+    # For the request's access line (``logs.ACCESS_NOTE``): what was stored.
+    note: str | None = None
 
 
 async def original(s: AsyncSession, webhook_id: str, key: str, secondary: str | None) -> Event | None:

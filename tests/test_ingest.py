@@ -194,6 +194,26 @@ async def test_github_bad_signatures_are_refused_and_nothing_is_stored(
             assert value not in json.dumps(answer)
 
 
+async def test_a_stored_delivery_is_one_access_line_naming_what_was_stored(
+    services: Services, base_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    token, secret, webhook_id = await make_webhook(services, "github")
+    body = fixture_bytes("github/issues/opened.payload.json")
+    with caplog.at_level(logging.INFO):
+        status, _, _ = await post(base_url, token, body, github_headers(secret, body, "issues"))
+        assert status == 202
+        # The access line is written once the answer has gone out.
+        deadline = time.monotonic() + 5
+        while not [r for r in caplog.records if r.name == "aiohttp.access"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert '"POST /webhooks/' in line and " 202 " in line
+    assert line.endswith(f"webhook={webhook_id} source=github event=issues.opened disposition=routed todos=1")
+    # The one line of the delivery (ingest logs no second one), and no line names the token.
+    assert not [r for r in caplog.records if r.name == "switchboard.ingest"]
+    assert token not in caplog.text and token[:8] in line
+
+
 async def test_signed_body_that_is_not_json_is_invalid_body_and_nothing_is_stored(
     services: Services, base_url: str
 ) -> None:
