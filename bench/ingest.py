@@ -279,6 +279,7 @@ async def store_floor(
         f"driver {driver}, processes {processes}"
     )
     acked: set[str] = set()
+    in_flight = 0
     async with (
         private_database("postgresql", migrate=False) as bench_db,
         server_processes(
@@ -298,6 +299,7 @@ async def store_floor(
                 servers, http, urls, driver, bodies, n, deliveries, seconds, database=True
             )
             acked.update(result["todo_ids"])
+            in_flight += int(result["in_flight_at_stop"])
             report.add(engine="postgresql", server=STORE_FLOOR, processes=processes, **figures)
         db = Database(bench_db.url)
         try:
@@ -315,6 +317,7 @@ async def store_floor(
         stored=len(stored),
         acknowledged_not_stored=len(acked - stored),
         stored_unread=len(stored - acked),
+        in_flight_at_stop=in_flight,
     )
 
 

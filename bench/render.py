@@ -147,9 +147,9 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 f"{r.get('acknowledged_not_stored', 0)} of them not stored; {r['stored']} stored"
             )
             if r.get("stored_unread"):
-                line += (
-                    f" ({r['stored_unread']} stored with their 202 unread: in flight when wrk stopped, "
-                    f"at most {r.get('in_flight_at_stop')})"
+                bound = r.get("in_flight_at_stop")
+                line += f" ({r['stored_unread']} stored with their 202 unread: in flight when wrk stopped" + (
+                    f", at most {bound})" if bound is not None else ")"
                 )
             if r.get("quarantined"):
                 line += f"; {r['quarantined']} quarantined (a rule fault)"
