@@ -249,7 +249,7 @@ async def _make(
                 received_at=received_at,
                 secret=secret,
             )
-            verdict = ingest._verify(services, config, delivery, "operator")
+            verdict = ingest._verify(services, config, delivery, lambda: "operator")
         except Refusal as refusal:
             raise conflict(f"ingest would refuse it ({refusal.code}): {refusal.message}") from None
         if verdict.respond is not None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -123,8 +124,7 @@ def address_for(services: Services, delivery: Delivery, verdict: Verdict, verifi
 async def _read_body(request: web.Request) -> bytes:
     content = request.content
     if content.is_eof() and content.exception() is None:
-        # The whole body came with the request (a webhook is usually a few KiB): nothing to wait
-        # for, so no timer and no chunk loop (a tenth of aiohttp's cost per delivery, issue 12).
+        # The whole body came with the request (webhooks are a few KiB): no timer, no chunk loop.
         body = content.read_nowait()
         if len(body) > MAX_BODY_BYTES:
             raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
@@ -226,7 +226,7 @@ async def _decide(
     delivery = Delivery(
         source=webhook.source, headers=request.headers, body=body, received_at=received_at, secret=secret
     )
-    verdict = _verify(services, config, delivery, request)
+    verdict = _verify(services, config, delivery, functools.partial(_client, request))
     if verdict.respond is not None:
         return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
@@ -401,7 +401,9 @@ def _signing_secret(services: Services, config: WebhookConfig, kind: SourceKind)
     return verified, secret
 
 
-def _verify(services: Services, config: WebhookConfig, delivery: Delivery, request: web.Request) -> Verdict:
+def _verify(
+    services: Services, config: WebhookConfig, delivery: Delivery, remote: Callable[[], str | None]
+) -> Verdict:
     """Step 3: the provider's verdict over the raw bytes (it compares in constant time). A refusal
     is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
     source, webhook_id = delivery.source, config.id
@@ -422,8 +424,8 @@ def _verify(services: Services, config: WebhookConfig, delivery: Delivery, reque
             "ingest refused: webhook=%s source=%s remote=%s reason=%s",
             webhook_id,
             source,
-            # Worked out only for the refusal's log line (a trusted proxy's header is parsed).
-            _client(request),
+            # Worked out only for a refusal's log line (a trusted proxy's header is parsed).
+            remote(),
             clean_line(verdict.detail, 200),
         )
         if verdict.error == "invalid_body":
@@ -532,8 +534,7 @@ async def handle_webhook(request: web.Request) -> web.Response:
     try:
         outcome = await _ingest(request, services, request.app[INGEST_LIMITER], seen)
         response, disposition = outcome.response, outcome.disposition
-        if outcome.note:
-            # Logged on the request's access line (``logs.RedactingAccessLogger``).
+        if outcome.note:  # written on the request's access line (logs.RedactingAccessLogger)
             request[ACCESS_NOTE] = outcome.note
     except Refusal as refusal:
         response = refusal.response()
