@@ -19,13 +19,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fixtures.ingest_kit import fixture_bytes
 from fixtures.intake_kit import ISSUE_1, SENDER, github_hook, set_rules
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from switchboard import deliveries, ingest, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_WRITER
-from switchboard.ingest_writer import IngestWriter, Rows
+from switchboard.ingest_writer import IngestWriter, Rows, _json_text
 from switchboard.models import Event, Todo
 from switchboard.services import Services
 from switchboard.testing import (
@@ -448,3 +448,42 @@ async def test_once_keys_in_one_batch_make_one_todo_and_fold_the_rest_into_it(
         traces = (await s.scalars(select(Event.routing).where(Event.webhook_id == hook.webhook_id))).all()
     assert [row.id for row in rows] == [open_id]
     assert sum(1 for trace in traces if f"once: open todo {open_id} exists" in trace["why"]) == 3
+
+
+async def test_a_batch_stores_its_json_columns_as_they_were_built(services: Services, base_url: str) -> None:
+    # The writer sends the JSON columns as text (``ingest_writer._json_text``, orjson) on PostgreSQL;
+    # what is read back is what was built: the headers, the routing trace, the reply address, and
+    # None as JSON null (not SQL NULL), as SQLAlchemy's JSON type writes it on both engines.
+    token, secret, _ = await make_webhook(services, "github")
+    body = fixture_bytes("github/issue_comment/created.payload.json")
+    headers = {**github_headers(secret, body, "issue_comment"), "User-Agent": 'hook/1 \\ "q" {x}'}
+    status, _, _ = await post(base_url, token, body, headers)
+    assert status == 202
+    generic, _, _ = await make_webhook(services, "generic")
+    assert (await post(base_url, generic, b'{"n": 1}', {"X-Delivery-Id": "d-1"}))[0] == 202
+    async with services.db.read() as s:
+        events = {e.source: e for e in (await s.scalars(select(Event))).all()}
+        todos = {t.source: t for t in (await s.scalars(select(Todo))).all()}
+        raw = (await s.execute(text("SELECT reply_to IS NULL FROM todos WHERE source = 'generic'"))).scalar()
+    assert events["github"].headers["User-Agent"] == 'hook/1 \\ "q" {x}'
+    assert events["github"].headers["X-Hub-Signature-256"] == "[redacted]"
+    assert events["github"].routing == todos["github"].routing | {
+        "targets": events["github"].routing["targets"]
+    }
+    assert todos["github"].reply_to is not None and todos["github"].reply_to["provider"] == "github"
+    assert todos["generic"].reply_to is None and raw == 0  # false: JSON null, not SQL NULL
+
+
+def test_the_writers_json_text_means_what_the_standard_library_writes() -> None:
+    for value in (
+        None,
+        {"a": "b", "n": 1, "f": 0.5, "ok": True, "none": None, "list": [1, "x", {"y": []}]},
+        {"text": 'é ✓ \\ "q" \u2028', "emoji": "\U0001f600"},
+        # What orjson refuses goes to the standard library: a lone surrogate, a big integer, a
+        # non-string key, a subclass of str.
+        ["\ud800"],
+        {"big": 2**80},
+        {1: "one"},
+        {"s": type("Name", (str,), {})("ada")},
+    ):
+        assert json.loads(_json_text(value)) == json.loads(json.dumps(value))
