@@ -68,6 +68,7 @@ from switchboard.direct import Rows as StatementRows
 from switchboard.direct import Steps
 from switchboard.ingest_config import WebhookConfig, current_stamps
 from switchboard.models import Event, Todo
+from switchboard.sanitize import ORJSON_REFUSES
 from switchboard.services import Services
 
 log = logging.getLogger("switchboard.ingest")
@@ -78,6 +79,13 @@ Status = Literal["stored", "duplicate", "stale", "failed", "unavailable"]
 
 EVENTS = cast(Table, Event.__table__)
 TODOS = cast(Table, Todo.__table__)
+# Ingest's two tables by name, and the names of their JSON columns (sent as text, ``_json_text``).
+_TABLES = {EVENTS.name: EVENTS, TODOS.name: TODOS}
+_JSON_COLUMNS = {
+    name: frozenset(c.key for c in table.columns if isinstance(c.type, JSON))
+    for name, table in _TABLES.items()
+}
+
 # Built once: an event that hits a unique key is skipped, and only the ids that went in come back.
 _SQLITE_NEW_EVENTS = sqlite.insert(EVENTS).on_conflict_do_nothing().returning(EVENTS.c.id)
 # ``once`` todos: skipped when an open todo holds the same (endpoint, queue, key); the partial
@@ -421,21 +429,14 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
 
 def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = False) -> Steps[StatementRows]:
     """PostgreSQL: ``rows`` in one statement, each column an array (a JSON column's as text)."""
-    keys = _columns(table_name, rows)
+    keys, json_columns = _columns(table_name, rows), _JSON_COLUMNS[table_name]
     values = {
         f"a_{key}": [_json_text(row[key]) for row in rows]
-        if _is_json(table_name, key)
+        if key in json_columns
         else [row[key] for row in rows]
         for key in keys
     }
     return (yield _pg_rows_insert(table_name, keys, once), values)
-
-
-# orjson refuses these, and the standard library then writes them as SQLAlchemy's JSON type would
-# (a subclass of str, an int past 64 bits, a non-string key, a lone surrogate) or refuses them.
-_ORJSON_REFUSES = (
-    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
 
 
 def _json_text(value: Any) -> str:
@@ -444,14 +445,11 @@ def _json_text(value: Any) -> str:
     address was 3-4% of ingest's CPU (issue 12). These are values Switchboard builds (strings,
     numbers, booleans); a NaN in one, which PostgreSQL's JSON cannot hold, is written as null."""
     try:
-        return orjson.dumps(value, option=_ORJSON_REFUSES).decode()
+        # What orjson refuses (a subclass of str, an int past 64 bits, a non-string key, a lone
+        # surrogate, a datetime) the standard library writes, or refuses, as SQLAlchemy's would.
+        return orjson.dumps(value, option=ORJSON_REFUSES).decode()
     except orjson.JSONEncodeError:
         return json.dumps(value)
-
-
-def _is_json(table_name: str, key: str) -> bool:
-    table = EVENTS if table_name == EVENTS.name else TODOS
-    return isinstance(table.c[key].type, JSON)
 
 
 @functools.cache
@@ -459,17 +457,16 @@ def _pg_rows_insert(table_name: str, keys: tuple[str, ...], once: bool) -> Inser
     """``INSERT INTO <table> (keys) SELECT … FROM unnest(<one array per key>) WITH ORDINALITY``, in
     the arrays' order (the order every writer inserts in): events skip a unique-key hit and return
     the ids that went in; ``once`` todos skip an open todo's key and return theirs."""
-    table = EVENTS if table_name == EVENTS.name else TODOS
+    table, json_columns = _TABLES[table_name], _JSON_COLUMNS[table_name]
     # A JSON column's values travel as text (``_json_text``) and are cast back in the select.
-    sent = {key: Text() if _is_json(table_name, key) else table.c[key].type for key in keys}
+    sent = {key: Text() if key in json_columns else table.c[key].type for key in keys}
     given = (
         func.unnest(*(bindparam(f"a_{key}", type_=ARRAY(sent[key])) for key in keys))
         .table_valued(*(column(key, sent[key]) for key in keys), with_ordinality="n")
         .render_derived(name="given")
     )
     picked = [
-        sql_cast(given.c[key], table.c[key].type) if _is_json(table_name, key) else given.c[key]
-        for key in keys
+        sql_cast(given.c[key], table.c[key].type) if key in json_columns else given.c[key] for key in keys
     ]
     statement = postgresql.insert(table).from_select(list(keys), select(*picked).order_by(given.c.n))
     if table is EVENTS:

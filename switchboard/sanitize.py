@@ -96,7 +96,7 @@ def storable_encoded(payload: Any) -> tuple[Any, bytes]:
 # orjson refuses, rather than writes differently, what the standard library path must handle:
 # lone surrogates, integers past 64 bits, keys that are not strings, and (passed through to a
 # ``default`` there is none of) datetimes, dataclasses and subclasses of the built-in types.
-_ORJSON_REFUSES = (
+ORJSON_REFUSES = (
     orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
 
@@ -115,7 +115,7 @@ def _orjson_encoded(payload: Any) -> bytes | None:
     if not isinstance(payload, dict | list):
         return None
     try:
-        encoded = orjson.dumps(payload, option=_ORJSON_REFUSES)
+        encoded = orjson.dumps(payload, option=ORJSON_REFUSES)
     except orjson.JSONEncodeError:
         return None
     if _nests_deeper(encoded, MAX_PAYLOAD_DEPTH):
