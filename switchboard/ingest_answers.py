@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -104,13 +105,17 @@ async def duplicate(
 def accepted(
     todos: list[dict[str, Any]], *, created: int, verified: bool, trust_mode: str, disposition: str
 ) -> web.Response:
-    return web.json_response(
-        {
-            "todos": todos,
-            "created": created,
-            "verified": verified,
-            "trust_mode": trust_mode,
-            "disposition": disposition,
-        },
-        status=202,
-    )
+    answer = {
+        "todos": todos,
+        "created": created,
+        "verified": verified,
+        "trust_mode": trust_mode,
+        "disposition": disposition,
+    }
+    try:
+        # orjson: the standard library's ``dumps`` here was 0.6% of ingest's CPU (issue 12).
+        body = orjson.dumps(answer)
+    except orjson.JSONEncodeError:
+        # Only a lone surrogate in a name could get here; the standard library escapes it.
+        return web.json_response(answer, status=202)
+    return web.Response(body=body, status=202, content_type="application/json", charset="utf-8")
