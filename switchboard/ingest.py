@@ -294,9 +294,10 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
     if result.status != "stored":
         raise Refusal(503, "unavailable", "the delivery could not be stored; retry later")
     disposition = decision.disposition
-    event, made_todos = decision.rows.event["event_type"], len(decision.rows.todos)
-    note = f"webhook={webhook.id} source={webhook.source} event={event} disposition={disposition}"
-    note += f" todos={made_todos}"
+    note = (
+        f"webhook={webhook.id} source={webhook.source} event={decision.rows.event['event_type']}"
+        f" disposition={disposition} todos={len(decision.rows.todos)}"
+    )
     made = decision.plan
     todos = answered(made, decision.rows.todos, result.folded) if made is not None else []
     return Outcome(

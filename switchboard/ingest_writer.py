@@ -38,14 +38,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-import orjson
 from sqlalchemy import (
     JSON,
     Insert,
@@ -68,7 +66,7 @@ from switchboard.direct import Rows as StatementRows
 from switchboard.direct import Steps
 from switchboard.ingest_config import WebhookConfig, current_stamps
 from switchboard.models import Event, Todo
-from switchboard.sanitize import ORJSON_REFUSES
+from switchboard.sanitize import json_text
 from switchboard.services import Services
 
 log = logging.getLogger("switchboard.ingest")
@@ -79,7 +77,8 @@ Status = Literal["stored", "duplicate", "stale", "failed", "unavailable"]
 
 EVENTS = cast(Table, Event.__table__)
 TODOS = cast(Table, Todo.__table__)
-# Ingest's two tables by name, and the names of their JSON columns (sent as text, ``_json_text``).
+# Ingest's two tables by name, and the names of their JSON columns (sent as text, ``sanitize.json_text``;
+# a NaN, which PostgreSQL's JSON cannot hold, goes as null).
 _TABLES = {EVENTS.name: EVENTS, TODOS.name: TODOS}
 _JSON_COLUMNS = {
     name: frozenset(c.key for c in table.columns if isinstance(c.type, JSON))
@@ -431,25 +430,12 @@ def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = Fals
     """PostgreSQL: ``rows`` in one statement, each column an array (a JSON column's as text)."""
     keys, json_columns = _columns(table_name, rows), _JSON_COLUMNS[table_name]
     values = {
-        f"a_{key}": [_json_text(row[key]) for row in rows]
+        f"a_{key}": [json_text(row[key]) for row in rows]
         if key in json_columns
         else [row[key] for row in rows]
         for key in keys
     }
     return (yield _pg_rows_insert(table_name, keys, once), values)
-
-
-def _json_text(value: Any) -> str:
-    """A JSON column's value as text, as SQLAlchemy's JSON type writes it for ingest's rows (None is
-    JSON ``null``), by orjson: the standard library's ``dumps`` of the headers, traces and reply
-    address was 3-4% of ingest's CPU (issue 12). These are values Switchboard builds (strings,
-    numbers, booleans); a NaN in one, which PostgreSQL's JSON cannot hold, is written as null."""
-    try:
-        # What orjson refuses (a subclass of str, an int past 64 bits, a non-string key, a lone
-        # surrogate, a datetime) the standard library writes, or refuses, as SQLAlchemy's would.
-        return orjson.dumps(value, option=ORJSON_REFUSES).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(value)
 
 
 @functools.cache
@@ -458,7 +444,7 @@ def _pg_rows_insert(table_name: str, keys: tuple[str, ...], once: bool) -> Inser
     the arrays' order (the order every writer inserts in): events skip a unique-key hit and return
     the ids that went in; ``once`` todos skip an open todo's key and return theirs."""
     table, json_columns = _TABLES[table_name], _JSON_COLUMNS[table_name]
-    # A JSON column's values travel as text (``_json_text``) and are cast back in the select.
+    # A JSON column's values travel as text (``json_text``) and are cast back in the select.
     sent = {key: Text() if key in json_columns else table.c[key].type for key in keys}
     given = (
         func.unnest(*(bindparam(f"a_{key}", type_=ARRAY(sent[key])) for key in keys))

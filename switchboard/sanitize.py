@@ -101,6 +101,18 @@ ORJSON_REFUSES = (
 )
 
 
+def json_text(value: Any) -> str:
+    """``json.dumps(value)`` in meaning, by orjson where it can (compact; non-ASCII as UTF-8): for
+    the values Switchboard builds itself, such as ingest's JSON columns and its 202 body, where the
+    standard library's ``dumps`` was 3-4% of ingest's CPU (issue 12). What orjson refuses (a
+    subclass of str, an int past 64 bits, a non-string key, a lone surrogate, a datetime) the
+    standard library writes, or refuses, as before. A NaN is written as null."""
+    try:
+        return orjson.dumps(value, option=ORJSON_REFUSES).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+
+
 def _orjson_encoded(payload: Any) -> bytes | None:
     """The stored encoding written by orjson (several times faster than the standard library on a
     30 KB webhook payload), or None when only the standard library path can decide it.

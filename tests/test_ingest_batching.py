@@ -25,8 +25,9 @@ from switchboard import deliveries, ingest, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_WRITER
-from switchboard.ingest_writer import IngestWriter, Rows, _json_text
+from switchboard.ingest_writer import IngestWriter, Rows
 from switchboard.models import Event, Todo
+from switchboard.sanitize import json_text
 from switchboard.services import Services
 from switchboard.testing import (
     ServeProcesses,
@@ -451,7 +452,7 @@ async def test_once_keys_in_one_batch_make_one_todo_and_fold_the_rest_into_it(
 
 
 async def test_a_batch_stores_its_json_columns_as_they_were_built(services: Services, base_url: str) -> None:
-    # The writer sends the JSON columns as text (``ingest_writer._json_text``, orjson) on PostgreSQL;
+    # The writer sends the JSON columns as text (``sanitize.json_text``, orjson) on PostgreSQL;
     # what is read back is what was built: the headers, the routing trace, the reply address, and
     # None as JSON null (not SQL NULL), as SQLAlchemy's JSON type writes it on both engines.
     token, secret, _ = await make_webhook(services, "github")
@@ -486,4 +487,4 @@ def test_the_writers_json_text_means_what_the_standard_library_writes() -> None:
         {1: "one"},
         {"s": type("Name", (str,), {})("ada")},
     ):
-        assert json.loads(_json_text(value)) == json.loads(json.dumps(value))
+        assert json.loads(json_text(value)) == json.loads(json.dumps(value))

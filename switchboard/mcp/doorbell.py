@@ -54,15 +54,6 @@ def _failed(exc: Exception, what: str) -> None:
         log.exception("%s", what)
 
 
-_NOTIFY = text("SELECT pg_notify(:channel, chunk) FROM unnest(CAST(:chunks AS text[])) AS chunk").columns(
-    column("notified")
-)
-
-
-def _notify_steps(chunks: list[str]) -> Steps[None]:
-    yield _NOTIFY, {"channel": PG_CHANNEL, "chunks": chunks}
-
-
 CHANNEL_METHOD = "notifications/claude/channel"
 CAPABILITY = "claude/channel"
 # After ring n (1-based), the next ring is due this long later; after the last ring, never.
@@ -97,6 +88,16 @@ you never pass an address or a credential."""
 
 _CHANNEL_TAG = re.compile(r"<\s*/\s*channel\s*>?", re.IGNORECASE)
 _LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]+")
+
+
+# Every chunk of a publish in one statement (``Doorbell._publish``).
+_NOTIFY = text("SELECT pg_notify(:channel, chunk) FROM unnest(CAST(:chunks AS text[])) AS chunk").columns(
+    column("notified")
+)
+
+
+def _notify_steps(chunks: list[str]) -> Steps[None]:
+    yield _NOTIFY, {"channel": PG_CHANNEL, "chunks": chunks}
 
 
 def neutralise(value: Any, limit: int = 300) -> str:
