@@ -21,33 +21,36 @@ flight) costs at most one more decision, never a wrong answer:
   rows as they are now before it is answered, so a secret rotated or set from another process works
   on the very next delivery.
 
+How the writer knows "as it is now" cheaply: ``webhooks.config_version``, which the database's own
+triggers move on whenever a webhook, one of its routes or an endpoint it delivers to changes
+(migration 0010), whoever made the change (this process, another one, the CLI, raw SQL). The writer
+reads that one number per webhook of its batch, share-locked on PostgreSQL: a change to a route or
+an endpoint updates the webhooks it concerns, so it meets that same lock. Before it, the writer read
+every column of the webhook, its owner endpoint and its routes' endpoints again, in two joined
+statements that share-locked all of those rows; one narrow statement instead gave 8-15% more
+deliveries/s on PostgreSQL, side by side (bench/README.md, issue 12).
+
 Chosen over ``PRAGMA data_version`` (it moves on every commit by any connection, so every ingest
-batch and claim would empty the cache, and reading it is still a read per delivery), over a
-``config_version`` row (a read per delivery, and a migration) and over a time to live (stale for its
-length, so a revocation would not be obeyed at once): the writer's check costs two statements per
-batch, not a read per delivery. Measured on the 2-core development machine under load (best of
-five runs of 60): the check adds about 0.4-0.7 ms to a batch's transaction on SQLite and 1-3 ms on
-PostgreSQL (its share locks make the commit write), where one small read per delivery costs about
-1.5 ms (SQLite) and 0.9 ms (PostgreSQL), and the uncached lookup 2.6-3 ms; under load a batch holds
-many deliveries.
+batch and claim would empty the cache, and reading it is still a read per delivery), over reading
+the version per delivery (a round trip on every request) and over a time to live (stale for its
+length, so a revocation would not be obeyed at once): the check costs one statement per batch
+(SQLite: one per webhook of the batch), and under load a batch holds many deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, String, Table, any_, bindparam, inspect, select
+from sqlalchemy import Select, String, Table, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import DeclarativeBase
 
 from switchboard import config_changes
 from switchboard.db import Database, utcnow
@@ -76,8 +79,9 @@ class Target:
 class WebhookConfig:
     """A webhook with its owner endpoint and its routes' endpoints (in the order they were added).
 
-    The rows are detached copies that nobody changes; ``stamp`` holds every column of each, so two
-    configurations are the same exactly when their stamps are equal.
+    The rows are detached copies that nobody changes. ``stamp`` is the webhook's id and its
+    ``config_version``, which the database moves on whenever any of these rows changes (migration
+    0010), so two configurations are the same exactly when their stamps are equal.
     """
 
     webhook: Webhook
@@ -101,20 +105,11 @@ class WebhookConfig:
         ]
 
 
-def _columns(row: DeclarativeBase) -> tuple[Any, ...]:
-    """Every column of a row, in the table's order: what a Core select of the table returns."""
-    return tuple(getattr(row, key) for key in _attribute_keys(type(row)))
-
-
-@functools.cache
-def _attribute_keys(model: type[DeclarativeBase]) -> tuple[str, ...]:
-    mapper = inspect(model)
-    return tuple(mapper.get_property_by_column(column).key for column in model.__table__.columns)
-
-
 def _config(webhook: Webhook, owner: Endpoint, routed: list[Endpoint]) -> WebhookConfig:
-    stamp = (_columns(webhook), _columns(owner), tuple(_columns(e) for e in routed))
-    return WebhookConfig(webhook, owner, tuple(routed), stamp)
+    # What ``current_stamps`` reads back. The version comes with the webhook's row, read before its
+    # routes: a change that lands between the two reads leaves it behind, so the writer decides
+    # such a delivery again rather than trusting rows that may be newer than their stamp.
+    return WebhookConfig(webhook, owner, tuple(routed), (webhook.id, webhook.config_version))
 
 
 async def _assemble(s: AsyncSession, found: Select[Webhook, Endpoint]) -> dict[str, WebhookConfig]:
@@ -143,66 +138,34 @@ async def config_by_token_hash(s: AsyncSession, ingest_token_hash: str) -> Webho
     return next(iter(found.values()), None)
 
 
-# The writer's re-check reads the same rows through Core (no ORM objects: only their stamps are
-# compared), with statements built once. FOR SHARE on PostgreSQL, so a revocation, a rotation or a
-# deletion waits for the writer's transaction (and the writer reads what such a change committed);
-# SQLite renders nothing, its write transaction already holds the database's one write lock.
+# The writer's re-check reads one narrow row per webhook through Core, with statements built once:
+# its id and ``config_version``, which the database's triggers move on whenever the webhook, one of
+# its routes or an endpoint it delivers to changes (migration 0010). FOR SHARE on PostgreSQL, in the
+# webhooks' id order: such a change updates these rows, so it waits for the writer's transaction, or
+# the writer waits for it and reads what it committed. SQLite renders nothing; its write transaction
+# already holds the database's one write lock.
 _WEBHOOKS = cast(Table, Webhook.__table__)
-_ENDPOINTS = cast(Table, Endpoint.__table__)
-_ROUTES = cast(Table, Route.__table__)
-
-
-def _owned(webhooks: Any) -> Select[Any]:
-    """Each of ``webhooks``' row with its owner endpoint's."""
-    return (
-        select(_WEBHOOKS, _ENDPOINTS)
-        .join_from(_WEBHOOKS, _ENDPOINTS, _ENDPOINTS.c.id == _WEBHOOKS.c.endpoint_id)
-        .where(webhooks)
-        .order_by(_WEBHOOKS.c.id)
-        .with_for_update(read=True)
-    )
-
-
-def _routed(webhooks: Any) -> Select[Any]:
-    """The endpoints ``webhooks`` route to, by webhook, in the order the routes were added."""
-    return (
-        select(_ROUTES.c.webhook_id, _ENDPOINTS)
-        .join_from(_ROUTES, _ENDPOINTS, _ENDPOINTS.c.id == _ROUTES.c.endpoint_id)
-        .where(webhooks)
-        .order_by(_ROUTES.c.webhook_id, _ROUTES.c.created_at, _ROUTES.c.id)
-        .with_for_update(read=True)
-    )
-
-
+_VERSIONS = (
+    select(_WEBHOOKS.c.id, _WEBHOOKS.c.config_version).order_by(_WEBHOOKS.c.id).with_for_update(read=True)
+)
 # SQLite: one webhook per statement (its driver takes no arrays); a batch names one or a few.
-_OWNED_ONE = _owned(_WEBHOOKS.c.id == bindparam("id"))
-_ROUTED_ONE = _routed(_ROUTES.c.webhook_id == bindparam("id"))
-# PostgreSQL: every webhook of the batch in one statement each, as an array (a fixed statement text).
-_OWNED_ANY = _owned(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
-_ROUTED_ANY = _routed(_ROUTES.c.webhook_id == any_(bindparam("ids", type_=ARRAY(String))))
+_VERSION_ONE = _VERSIONS.where(_WEBHOOKS.c.id == bindparam("id"))
+# PostgreSQL: every webhook of the batch in one statement, as an array (a fixed statement text).
+_VERSIONS_ANY = _VERSIONS.where(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
 
 
 def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, tuple[Any, ...]]]:
     """The stamps of these webhooks' configurations as they are now, share-locked, by webhook id
-    (absent: deleted), as steps of the ingest writer's transaction (``Database.run_steps``): two
-    statements on PostgreSQL, two per webhook on SQLite (calls into SQLite on its writer's thread)."""
+    (absent: deleted), as steps of the ingest writer's transaction (``Database.run_steps``): one
+    statement on PostgreSQL, one per webhook on SQLite (calls into SQLite on its writer's thread)."""
     ids = sorted(set(webhook_ids))
-    width = len(_WEBHOOKS.columns)
-    owned: list[Any] = []
-    routed: list[Any] = []
+    rows: list[Any] = []
     if dialect == "sqlite":
         for webhook_id in ids:
-            owned += yield _OWNED_ONE, {"id": webhook_id}
-            routed += yield _ROUTED_ONE, {"id": webhook_id}
+            rows += yield _VERSION_ONE, {"id": webhook_id}
     else:
-        owned = list((yield _OWNED_ANY, {"ids": ids}))
-        routed = list((yield _ROUTED_ANY, {"ids": ids}))
-    by_webhook: dict[str, list[tuple[Any, ...]]] = {}
-    for row in routed:
-        by_webhook.setdefault(row[0], []).append(tuple(row[1:]))
-    return {
-        row[0]: (tuple(row[:width]), tuple(row[width:]), tuple(by_webhook.get(row[0], ()))) for row in owned
-    }
+        rows = list((yield _VERSIONS_ANY, {"ids": ids}))
+    return {row[0]: (row[0], row[1]) for row in rows}
 
 
 class ConfigCache:

@@ -12,9 +12,11 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
+    FetchedValue,
     ForeignKey,
     Index,
     Integer,
@@ -161,6 +163,12 @@ class Webhook(Base):
     # "params": {...}}`` as ``rules.check_rule_set`` normalised it; null: every delivery is queued
     # to every live target, as before rules existed.
     routing: Mapped[dict[str, Any] | None]
+    # Moved on by the database's own triggers whenever this row, one of its routes or an endpoint it
+    # delivers to changes (migration 0010): the ingest writer compares it, instead of every column
+    # of those rows, to know a delivery was decided on the webhook as it is now (``ingest_config``).
+    config_version: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default=text("0"), server_onupdate=FetchedValue()
+    )
 
 
 class Route(Base):

@@ -258,6 +258,61 @@ async def test_a_revocation_while_a_delivery_waits_to_be_stored_is_obeyed(
             assert todo.state == "pending" or todo.dead_letter
 
 
+# Changes made behind Switchboard's back (raw SQL: no process is told, so the cache keeps the
+# configuration the delivery was decided on) while it waits for the writer: the database's
+# ``config_version`` moves on (migration 0010), the writer sees it, and the delivery is decided again
+# on the webhook as it is now. (statements, the answer's status, the endpoints given a todo)
+BEHIND_ITS_BACK: dict[str, tuple[list[str], int, list[str]]] = {
+    "bob's endpoint revoked": (
+        ["UPDATE endpoints SET state = 'revoked' WHERE slug = 'bob-agent'"],
+        202,
+        ["ada-agent"],
+    ),
+    "bob's queue taken away": (
+        ["UPDATE endpoints SET queues = '[]' WHERE slug = 'bob-agent'"],
+        202,
+        ["ada-agent"],
+    ),
+    "bob's route deleted": (["DELETE FROM routes WHERE webhook_id = '{webhook}'"], 202, ["ada-agent"]),
+    "the secret awaited": (["UPDATE webhooks SET secret_state = 'awaiting' WHERE id = '{webhook}'"], 503, []),
+    "the webhook deleted": (
+        ["DELETE FROM routes WHERE webhook_id = '{webhook}'", "DELETE FROM webhooks WHERE id = '{webhook}'"],
+        404,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(BEHIND_ITS_BACK))
+async def test_a_change_made_with_raw_sql_while_a_delivery_waits_is_obeyed(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    statements, status, endpoints = BEHIND_ITS_BACK[change]
+    token, _, webhook_id = await make_webhook(services, "generic")
+    await tenancy.add_human(services.db, "bob")
+    bob = await tenancy.resolve_owner(services.db, human="bob")
+    await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
+    await tenancy.add_route(services.db, webhook_id, "bob-agent")
+    # Served from the cache from here on (a first delivery reads the configuration into it).
+    assert (await post(base_url, token, *_generic("warm")))[0] == 202
+    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    writer = server.app[INGEST_WRITER]
+    first = asyncio.create_task(post(base_url, token, *_generic("first")))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    waiting = asyncio.create_task(post(base_url, token, *_generic("late")))
+    await _until(lambda: writer.waiting == 1)
+    async with services.db.write() as s:
+        for sql in statements:
+            await s.execute(text(sql.format(webhook=webhook_id)))
+    gate.open()
+    for answer in (await first, await waiting):
+        assert answer[0] == status, answer
+        assert [t["endpoint"] for t in answer[1].get("todos", [])] == endpoints
+    # The warm-up delivery's event and two todos, and the two deliveries' only if they were accepted.
+    stored = 2 if status == 202 else 0
+    assert await counts(services) == (1 + stored, 2 + stored * len(endpoints))
+
+
 async def test_a_cancelled_request_does_not_break_the_writer(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -362,9 +417,9 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
     assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
     # Two batches (the held first delivery, then the five): per batch the webhook's configuration
-    # (its row, its routes), then the events and the todos in multi-row inserts (five rows: four,
-    # then one), all on the writer's thread.
-    reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.ENDPOINT_ID,", "SELECT ROUTES.WEBHOOK_ID, ENDPOINTS.ID,"]
+    # version, then the events and the todos in multi-row inserts (five rows: four, then one), all
+    # on the writer's thread.
+    reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.CONFIG_VERSION"]
     first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
     assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 2 + ["INSERT INTO TODOS"] * 2
     assert [len(sql.split("), (")) for sql in seen.direct_sql if sql.startswith("INSERT")] == [
