@@ -27,7 +27,7 @@ triggers move on whenever a webhook, one of its routes or an endpoint it deliver
 reads that one number per webhook of its batch, share-locked on PostgreSQL: a change to a route or
 an endpoint updates the webhooks it concerns, so it meets that same lock. Before it, the writer read
 every column of the webhook, its owner endpoint and its routes' endpoints again, in two joined
-statements that share-locked all of those rows; one narrow statement instead gave 8-15% more
+statements that share-locked all of those rows; one narrow statement instead gave 6-10% more
 deliveries/s on PostgreSQL, side by side (bench/README.md, issue 12).
 
 Chosen over ``PRAGMA data_version`` (it moves on every commit by any connection, so every ingest
@@ -93,6 +93,11 @@ class WebhookConfig:
     def id(self) -> str:
         return self.webhook.id
 
+    @property
+    def version(self) -> int:
+        """The webhook's ``config_version`` when these rows were read (the stamp's)."""
+        return int(self.stamp[1])
+
     def targets(self, now: datetime | None = None) -> list[Target]:
         """The owner endpoint first, then the routes in the order they were added; live ones
         granted the webhook's queue only. Expiry is judged at ``now``, never cached."""
@@ -151,7 +156,7 @@ _VERSIONS = (
 # SQLite: one webhook per statement (its driver takes no arrays); a batch names one or a few.
 _VERSION_ONE = _VERSIONS.where(_WEBHOOKS.c.id == bindparam("id"))
 # PostgreSQL: every webhook of the batch in one statement, as an array (a fixed statement text).
-_VERSIONS_ANY = _VERSIONS.where(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
+VERSIONS_ANY = _VERSIONS.where(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
 
 
 def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, tuple[Any, ...]]]:
@@ -164,7 +169,7 @@ def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, 
         for webhook_id in ids:
             rows += yield _VERSION_ONE, {"id": webhook_id}
     else:
-        rows = list((yield _VERSIONS_ANY, {"ids": ids}))
+        rows = list((yield VERSIONS_ANY, {"ids": ids}))
     return {row[0]: (row[0], row[1]) for row in rows}
 
 

@@ -42,10 +42,13 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    CompoundSelect,
     Insert,
     Table,
     Text,
@@ -53,6 +56,7 @@ from sqlalchemy import (
     column,
     func,
     literal_column,
+    null,
     select,
     text,
     update,
@@ -64,7 +68,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from switchboard.db import is_unavailable, utcnow
 from switchboard.direct import Rows as StatementRows
 from switchboard.direct import Steps
-from switchboard.ingest_config import WebhookConfig, current_stamps
+from switchboard.ingest_config import VERSIONS_ANY, WebhookConfig, current_stamps
 from switchboard.models import Event, Todo
 from switchboard.sanitize import json_text
 from switchboard.services import Services
@@ -323,6 +327,10 @@ class IngestWriter:
         # writer's thread; on PostgreSQL one asyncpg transaction of a few statements.
         db = self.services.db
         # Every statement finds its rows by key: kept generic plans serve them (Database.run_postgresql).
+        if not db.is_sqlite and not any(t.get("once_key") is not None for rows in batch for t in rows.todos):
+            # The usual batch on PostgreSQL: one statement, a transaction by itself (no BEGIN or
+            # COMMIT round trips).
+            return await db.run_steps(_pg_batch(batch), transaction=False, generic_plans=True)
         return await db.run_steps(_transaction(batch, db.dialect), transaction=True, generic_plans=True)
 
     async def _ring(self, stored: list[Rows], folded: dict[str, str | None]) -> None:
@@ -355,11 +363,15 @@ def _unchanged(batch: Sequence[Rows], current: dict[str, tuple[Any, ...]]) -> li
     keep = [
         n
         for n, rows in enumerate(batch)
-        if current.get(rows.config.id) == rows.config.stamp
-        # The same rows: their live targets now (an endpoint may have expired since).
-        and tuple(t.endpoint_id for t in rows.config.targets(now)) == rows.target_ids
+        if current.get(rows.config.id) == rows.config.stamp and _live(rows, now)
     ]
     return sorted(keep, key=lambda n: batch[n].sort_key)
+
+
+def _live(rows: Rows, now: datetime) -> bool:
+    """Whether the delivery's live targets are still those it was decided with (an endpoint may
+    have expired since: expiry is a time, not a change to any row)."""
+    return tuple(t.endpoint_id for t in rows.config.targets(now)) == rows.target_ids
 
 
 def _new_todos(
@@ -428,14 +440,38 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
 
 def _pg_insert(table_name: str, rows: list[dict[str, Any]], *, once: bool = False) -> Steps[StatementRows]:
     """PostgreSQL: ``rows`` in one statement, each column an array (a JSON column's as text)."""
-    keys, json_columns = _columns(table_name, rows), _JSON_COLUMNS[table_name]
-    values = {
-        f"a_{key}": [json_text(row[key]) for row in rows]
+    keys = _columns(table_name, rows)
+    return (yield _pg_rows_insert(table_name, keys, once), _arrays("a", table_name, keys, rows))
+
+
+def _arrays(
+    prefix: str, table_name: str, keys: tuple[str, ...], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The values of ``_given(prefix, …)``: one array per column (a JSON column's as text)."""
+    json_columns = _JSON_COLUMNS[table_name]
+    return {
+        f"{prefix}_{key}": [json_text(row[key]) for row in rows]
         if key in json_columns
         else [row[key] for row in rows]
         for key in keys
     }
-    return (yield _pg_rows_insert(table_name, keys, once), values)
+
+
+def _given(prefix: str, table_name: str, keys: tuple[str, ...], **extra: Any) -> tuple[Any, list[Any]]:
+    """``unnest(<one array per key>) WITH ORDINALITY`` as the derived table ``<prefix>_given``
+    (bound as ``<prefix>_<key>``; ``extra``: more arrays by name and type), and the table's values
+    picked from it (a JSON column's values travel as text, ``json_text``, and are cast back)."""
+    table, json_columns = _TABLES[table_name], _JSON_COLUMNS[table_name]
+    sent = {key: Text() if key in json_columns else table.c[key].type for key in keys} | extra
+    given = (
+        func.unnest(*(bindparam(f"{prefix}_{key}", type_=ARRAY(kind)) for key, kind in sent.items()))
+        .table_valued(*(column(key, kind) for key, kind in sent.items()), with_ordinality="n")
+        .render_derived(name=f"{prefix}_given")
+    )
+    picked = [
+        sql_cast(given.c[key], table.c[key].type) if key in json_columns else given.c[key] for key in keys
+    ]
+    return given, picked
 
 
 @functools.cache
@@ -443,17 +479,8 @@ def _pg_rows_insert(table_name: str, keys: tuple[str, ...], once: bool) -> Inser
     """``INSERT INTO <table> (keys) SELECT … FROM unnest(<one array per key>) WITH ORDINALITY``, in
     the arrays' order (the order every writer inserts in): events skip a unique-key hit and return
     the ids that went in; ``once`` todos skip an open todo's key and return theirs."""
-    table, json_columns = _TABLES[table_name], _JSON_COLUMNS[table_name]
-    # A JSON column's values travel as text (``json_text``) and are cast back in the select.
-    sent = {key: Text() if key in json_columns else table.c[key].type for key in keys}
-    given = (
-        func.unnest(*(bindparam(f"a_{key}", type_=ARRAY(sent[key])) for key in keys))
-        .table_valued(*(column(key, sent[key]) for key in keys), with_ordinality="n")
-        .render_derived(name="given")
-    )
-    picked = [
-        sql_cast(given.c[key], table.c[key].type) if key in json_columns else given.c[key] for key in keys
-    ]
+    given, picked = _given("a", table_name, keys)
+    table = _TABLES[table_name]
     statement = postgresql.insert(table).from_select(list(keys), select(*picked).order_by(given.c.n))
     if table is EVENTS:
         return statement.on_conflict_do_nothing().returning(EVENTS.c.id)
@@ -462,6 +489,71 @@ def _pg_rows_insert(table_name: str, keys: tuple[str, ...], once: bool) -> Inser
             index_elements=_ONCE_COLUMNS, index_where=_ONCE_WHERE
         ).returning(TODOS.c.id)
     return statement
+
+
+def _pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str | None]]]:
+    """PostgreSQL, a batch without ``once`` todos: ``_transaction`` as one statement, a transaction
+    by itself (``_pg_batch_insert``): the batch's webhook versions share-locked, the events of the
+    deliveries decided on those versions inserted (a unique-key hit skipped), and the todos of the
+    events that went in. It answers the versions and the ids that went in, from which the statuses
+    follow as in ``_transaction``. Three round trips fewer than ``_transaction`` (BEGIN, a separate
+    version read and COMMIT): about 9% more deliveries/s on PostgreSQL (bench/README.md)."""
+    now = utcnow()
+    live = sorted((n for n, rows in enumerate(batch) if _live(rows, now)), key=lambda n: batch[n].sort_key)
+    if not live:
+        return _statuses(batch, [], set()), {}
+    events = [batch[n].event for n in live]
+    todos = [todo for n in live for todo in batch[n].todos]
+    event_keys = _columns(EVENTS.name, events)
+    todo_keys = _columns(TODOS.name, todos) if todos else ()
+    values = {
+        "ids": sorted({batch[n].config.id for n in live}),
+        "e_config_version": [batch[n].config.version for n in live],
+        **_arrays("e", EVENTS.name, event_keys, events),
+        **_arrays("t", TODOS.name, todo_keys, todos),
+    }
+    found = yield _pg_batch_insert(event_keys, todo_keys), values
+    current = {row[1]: (row[1], row[2]) for row in found if row[0] == "w"}
+    inserted = {str(row[1]) for row in found if row[0] == "e"}
+    keep = [n for n in live if current.get(batch[n].config.id) == batch[n].config.stamp]
+    return _statuses(batch, keep, inserted), {}
+
+
+@functools.cache
+def _pg_batch_insert(event_keys: tuple[str, ...], todo_keys: tuple[str, ...]) -> CompoundSelect[Any]:
+    """``WITH versions AS MATERIALIZED (… FOR SHARE), new_events AS (INSERT … RETURNING id),
+    new_todos AS (INSERT …) SELECT 'e', id … UNION ALL SELECT 'w', id, config_version …``.
+
+    PostgreSQL runs the CTEs on one snapshot, to completion, whether or not the final select reads
+    them; the todos' foreign key to their new event is checked at the statement's end. The versions
+    are locked in id order, as ``current_stamps`` locks them."""
+    versions = VERSIONS_ANY.cte("versions").prefix_with("MATERIALIZED")
+    given, picked = _given("e", EVENTS.name, event_keys, config_version=BigInteger())
+    decided_on_now = (versions.c.id == given.c.webhook_id) & (
+        versions.c.config_version == given.c.config_version
+    )
+    new_events = (
+        postgresql.insert(EVENTS)
+        .from_select(
+            list(event_keys), select(*picked).join_from(given, versions, decided_on_now).order_by(given.c.n)
+        )
+        .on_conflict_do_nothing()
+        .returning(EVENTS.c.id)
+        .cte("new_events")
+    )
+    answer = select(literal_column("'e'"), new_events.c.id, null()).union_all(
+        select(literal_column("'w'"), versions.c.id, versions.c.config_version)
+    )
+    if not todo_keys:
+        return answer
+    todos, todo_values = _given("t", TODOS.name, todo_keys)
+    went_in = todos.c.event_id.in_(select(new_events.c.id))
+    new_todos = (
+        postgresql.insert(TODOS)
+        .from_select(list(todo_keys), select(*todo_values).where(went_in).order_by(todos.c.n))
+        .cte("new_todos")
+    )
+    return answer.add_cte(new_todos)
 
 
 def _folded_trace(rows: Rows, folded: dict[str, str | None]) -> dict[str, Any] | None:

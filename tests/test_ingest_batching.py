@@ -434,6 +434,28 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
     assert await counts(services) == (6, 6)
 
 
+@pytest.mark.skipif(engine_name() != "postgresql", reason="PostgreSQL's one-statement batch")
+async def test_a_batch_on_postgresql_is_one_statement(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _, _ = await make_webhook(services, "generic")
+    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    with watch_statements(services.db, reads=False) as seen:
+        first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
+    assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
+    # Two batches (the held first delivery, then the five), each one statement that is its own
+    # transaction: the versions share-locked, the events and the todos inserted.
+    # After each, the doorbell's publish.
+    assert seen.direct == ["WITH VERSIONS AS", "SELECT PG_NOTIFY($1, CHUNK)"] * 2
+    batches = [sql for sql in seen.direct_sql if sql.startswith("WITH versions AS MATERIALIZED")]
+    assert len(batches) == 2 and all(
+        "INSERT INTO events" in sql and "INSERT INTO todos" in sql for sql in batches
+    )
+    # Nothing written through SQLAlchemy (the first delivery's configuration is read through it).
+    assert [sql for sql in seen.through_sqlalchemy if not sql.lstrip().startswith("SELECT")] == []
+    assert await counts(services) == (6, 6)
+
+
 async def test_a_redelivery_batched_with_other_deliveries_keeps_its_link_to_the_original(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,7 +6,7 @@ its webhook's configuration as it is now (``ingest_config``). It read the webhoo
 and its routes' endpoints again for that, in two joined statements that share-locked every one of
 those rows (PostgreSQL). With this number it reads, and share-locks, one narrow row per webhook: a
 change to a route or an endpoint updates the webhooks it concerns, so it waits for, or is seen by,
-that same lock (issue 12: 8-15% more deliveries/s on PostgreSQL, measured side by side).
+that same lock (issue 12: 6-10% more deliveries/s on PostgreSQL, measured side by side).
 
 Triggers, not the application, move it on: a change made with raw SQL, by an older process during an
 upgrade, or by a tool that bypasses Switchboard's own functions is caught as before, when the writer
