@@ -8,8 +8,9 @@ waits for its commit, as two processes' writers would be; each batch is still on
 two batches holding the same delivery are told apart by its unique keys as two processes' are.
 A batch's transaction:
 
-1. the batch's webhook configurations, read again (share-locked on PostgreSQL): a delivery decided
-   on a configuration that has changed since is answered ``stale`` and decided again;
+1. the batch's webhooks' ``config_version`` (share-locked on PostgreSQL; ``ingest_config``): a
+   delivery decided on a configuration that has changed since is answered ``stale`` and decided
+   again;
 2. the events, ``INSERT … ON CONFLICT DO NOTHING RETURNING id``: an event that hits a unique key (a
    delivery already stored, by this batch or before) is a ``duplicate``;
 3. the todos of the events that went in; those with a ``once`` key (docs/routing.md, "Actions")
@@ -17,10 +18,11 @@ A batch's transaction:
    (``uq_todos_once``): that delivery's event trace is updated, in the same transaction, to name
    the open todo it was folded into.
 
-The transaction runs on the driver directly (``Database.run_steps``): on PostgreSQL each table's
-rows go in one statement (from arrays), so a batch is a handful of statements whatever its size; on
-SQLite the whole transaction is one hand-off to the writer's thread, each table's rows in multi-row
-``VALUES`` of up to 32 rows there.
+The transaction runs on the driver directly (``Database.run_steps``). On PostgreSQL a batch without
+``once`` todos (the usual one) is a single statement, which is a transaction by itself: the three
+steps above as CTEs over arrays, one round trip whatever the batch's size (``_pg_batch``); a batch
+with ``once`` todos is a transaction of a few such statements. On SQLite the whole transaction is
+one hand-off to the writer's thread, each table's rows in multi-row ``VALUES`` of up to 32 rows.
 
 Then the doorbell hears of the new todos (once per batch; never of a held one) and every request
 is answered. A batch
@@ -497,7 +499,7 @@ def _pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str 
     deliveries decided on those versions inserted (a unique-key hit skipped), and the todos of the
     events that went in. It answers the versions and the ids that went in, from which the statuses
     follow as in ``_transaction``. Three round trips fewer than ``_transaction`` (BEGIN, a separate
-    version read and COMMIT): about 9% more deliveries/s on PostgreSQL (bench/README.md)."""
+    version read and COMMIT): 16-30% more deliveries/s on PostgreSQL, side by side (bench/README.md)."""
     now = utcnow()
     live = sorted((n for n, rows in enumerate(batch) if _live(rows, now)), key=lambda n: batch[n].sort_key)
     if not live:
