@@ -2,11 +2,9 @@
 
 A request does everything that needs no database itself (verify, keys, address, echo clues, the
 rows), hands the writer its rows and awaits the answer. The writer commits whatever accumulated
-while its previous commit ran (at most ``MAX_BATCH`` deliveries) in one transaction. On PostgreSQL
-it keeps two transactions in flight (``in_flight``): the next batch is sent while the previous one
-waits for its commit, as two processes' writers would be; each batch is still one transaction, and
-two batches holding the same delivery are told apart by its unique keys as two processes' are.
-A batch's transaction:
+while its previous commit ran (at most ``MAX_BATCH`` deliveries) in one transaction, one batch at a
+time. Two processes' writers (or a redelivery's batch and a webhook's) may hold the same delivery:
+they are told apart by its unique keys. A batch's transaction:
 
 1. the batch's webhooks' ``config_version`` (share-locked on PostgreSQL; ``ingest_config``): a
    delivery decided on a configuration that has changed since is answered ``stale`` and decided
@@ -215,16 +213,9 @@ class IngestWriter:
     def __init__(self, services: Services, max_batch: int = MAX_BATCH) -> None:
         self.services = services
         self.max_batch = max_batch
-        # Transactions at once: one on SQLite (every write goes through its one writer connection,
-        # so a second would only wait, holding deliveries that could have joined the next batch);
-        # two on PostgreSQL, so the next batch is decided and sent while the previous one waits
-        # for its round trips and its commit's flush (bench/README.md, 2026-12-04).
-        self.in_flight = 1 if services.db.is_sqlite else 2
         self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._committing: set[asyncio.Task[None]] = set()
-        self._freed = asyncio.Event()
         self._closing = False
         # For tests and the log: how many transactions and deliveries went through.
         self.batches = 0
@@ -258,16 +249,11 @@ class IngestWriter:
         while True:
             if not self._queue:
                 if self._closing:
-                    # The batches still committing are answered before the writer is done.
-                    await asyncio.gather(*self._committing, return_exceptions=True)
                     return
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            # A batch is whatever accumulated while every slot was busy.
-            while len(self._committing) >= self.in_flight:
-                self._freed.clear()
-                await self._freed.wait()
+            # A batch is whatever accumulated while the previous one was being stored.
             batch: list[_Pending] = []
             while self._queue and len(batch) < self.max_batch:
                 pending = self._queue.popleft()
@@ -276,15 +262,14 @@ class IngestWriter:
                     batch.append(pending)
             if not batch:
                 continue
-            task = asyncio.get_running_loop().create_task(
-                self._commit(batch), name="switchboard:ingest-batch"
+            # One transaction at a time, in a task of its own so that a batch taken is stored and
+            # answered even if this loop is cancelled. Two at once (the next batch sent while the
+            # previous one committed) paid while a batch took six round trips on PostgreSQL; since
+            # it takes one, two only made the batches smaller: 8-11% more server CPU per delivery
+            # side by side (bench/README.md).
+            await asyncio.wait(
+                {asyncio.get_running_loop().create_task(self._commit(batch), name="switchboard:ingest-batch")}
             )
-            self._committing.add(task)
-            task.add_done_callback(self._committed)
-
-    def _committed(self, task: asyncio.Task[None]) -> None:
-        self._committing.discard(task)
-        self._freed.set()
 
     async def _commit(self, batch: list[_Pending]) -> None:
         """Store ``batch`` and answer each of its requests, whatever happens."""

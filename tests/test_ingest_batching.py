@@ -43,13 +43,11 @@ UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
 
 
 class Gate:
-    """Holds the writer at the start of its next transaction until ``open()``. Given the writer,
-    it also keeps it to one transaction at a time (on PostgreSQL it has two), so that everything
-    sent while the gate is shut waits and is taken as the next batch."""
+    """Holds the writer at the start of its next transaction until ``open()``: everything sent
+    while the gate is shut waits and is taken as the next batch (the writer stores one batch at a
+    time)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, writer: IngestWriter | None = None) -> None:
-        if writer is not None:
-            monkeypatch.setattr(writer, "in_flight", 1)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered = asyncio.Event()
         self._release = asyncio.Event()
         self._armed = True
@@ -119,7 +117,7 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
         return rows
 
     monkeypatch.setattr(ingest, "todo_rows", todo_rows)
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     deliveries = (
         [_generic(n) for n in range(7)] + [_generic("bad", poison=True)] + [_generic(n) for n in range(7, 12)]
     )
@@ -141,7 +139,7 @@ async def test_two_copies_in_one_batch_store_one_and_answer_the_other_as_its_dup
 ) -> None:
     token, secret, _ = await make_webhook(services, "github")
     assert secret is not None
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     writer = server.app[INGEST_WRITER]
     body = json.dumps({"action": "opened", "issue": {"number": 3, "title": "t"}}).encode()
     copy = (body, github_headers(secret, body, "issues", "same-delivery"))
@@ -162,7 +160,7 @@ async def test_two_copies_in_one_batch_store_one_and_answer_the_other_as_its_dup
     assert await counts(services) == (3, 1)
 
 
-async def test_on_postgresql_a_batch_waiting_for_its_commit_does_not_hold_the_next(
+async def test_deliveries_that_arrive_while_a_batch_is_stored_wait_and_go_in_the_next_one(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
@@ -171,19 +169,15 @@ async def test_on_postgresql_a_batch_waiting_for_its_commit_does_not_hold_the_ne
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
     sent = [asyncio.create_task(post(base_url, token, *_generic(n))) for n in range(3)]
-    if engine_name() == "postgresql":
-        # The next batch is stored and answered while the first transaction is still held.
-        answers = await asyncio.wait_for(asyncio.gather(*sent), 10)
-        assert [status for status, _, _ in answers] == [202] * 3
-        assert not first.done()
-    else:
-        # SQLite writes through one connection: the next batch waits for it.
-        await _until(lambda: writer.waiting == 3)
-        await asyncio.sleep(0.2)
-        assert writer.waiting == 3 and not any(task.done() for task in sent)
+    # One batch at a time, on both engines: the next waits for the one being stored.
+    await _until(lambda: writer.waiting == 3)
+    await asyncio.sleep(0.2)
+    assert writer.waiting == 3 and not any(task.done() for task in sent)
+    batches = writer.batches
     gate.open()
     assert (await first)[0] == 202
     assert [status for status, _, _ in await asyncio.gather(*sent)] == [202] * 3
+    assert writer.batches == batches + 2
     assert await counts(services) == (4, 4)
 
 
@@ -209,7 +203,7 @@ async def test_while_the_database_is_unreachable_every_waiting_delivery_is_answe
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     writer = server.app[INGEST_WRITER]
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
@@ -238,7 +232,7 @@ async def test_a_revocation_while_a_delivery_waits_to_be_stored_is_obeyed(
     bob = await tenancy.resolve_owner(services.db, human="bob")
     await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
     await tenancy.add_route(services.db, webhook_id, "bob-agent")
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     writer = server.app[INGEST_WRITER]
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
@@ -295,7 +289,7 @@ async def test_a_change_made_with_raw_sql_while_a_delivery_waits_is_obeyed(
     await tenancy.add_route(services.db, webhook_id, "bob-agent")
     # Served from the cache from here on (a first delivery reads the configuration into it).
     assert (await post(base_url, token, *_generic("warm")))[0] == 202
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     writer = server.app[INGEST_WRITER]
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
@@ -335,7 +329,7 @@ async def test_a_cancelled_request_does_not_break_the_writer(
         todos = [{**todo, "id": new_id("td"), "event_id": event["id"]} for todo in rows.todos]
         return dataclasses.replace(rows, event=event, todos=todos)
 
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     taken = asyncio.create_task(real_submit(writer, copy("taken")))
     await asyncio.wait_for(gate.entered.wait(), 10)
     # One request gives up while its rows are in the batch being stored, another before its rows
@@ -359,7 +353,7 @@ async def test_closing_the_writer_stores_what_was_handed_in_first(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     writer = server.app[INGEST_WRITER]
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
@@ -411,7 +405,7 @@ async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     # The request's own configuration lookup is a read on its own engine; the batch is the write.
     with watch_statements(services.db, reads=False) as seen:
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
@@ -439,7 +433,7 @@ async def test_a_batch_on_postgresql_is_one_statement(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     with watch_statements(services.db, reads=False) as seen:
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
     assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
@@ -466,7 +460,7 @@ async def test_a_redelivery_batched_with_other_deliveries_keeps_its_link_to_the_
         original = await s.scalar(select(Event.id).where(Event.delivery_key == "d-original"))
     assert original is not None
     writer = server.app[INGEST_WRITER]
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
     # A delivery and a redelivery wait for the same batch: their event rows go in together.
@@ -505,7 +499,7 @@ async def test_once_keys_in_one_batch_make_one_todo_and_fold_the_rest_into_it(
         body = fixture_bytes(f"github/{name}.payload.json")
         return body, github_headers(hook.secret, body, name.split("/")[0], delivery=str(uuid.uuid4()))
 
-    gate = Gate(monkeypatch, server.app[INGEST_WRITER])
+    gate = Gate(monkeypatch)
     first, answers = await _held_batch(
         server,
         gate,
