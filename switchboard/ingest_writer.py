@@ -265,8 +265,8 @@ class IngestWriter:
             # One transaction at a time, in a task of its own so that a batch taken is stored and
             # answered even if this loop is cancelled. Two at once (the next batch sent while the
             # previous one committed) paid while a batch took six round trips on PostgreSQL; since
-            # it takes one, two only made the batches smaller: 8-11% more server CPU per delivery
-            # side by side (bench/README.md).
+            # it takes one, two only made the batches smaller: one costs 9-13% less server CPU per
+            # delivery, side by side (bench/README.md).
             await asyncio.wait(
                 {asyncio.get_running_loop().create_task(self._commit(batch), name="switchboard:ingest-batch")}
             )
@@ -483,8 +483,9 @@ def _pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str 
     by itself (``_pg_batch_insert``): the batch's webhook versions share-locked, the events of the
     deliveries decided on those versions inserted (a unique-key hit skipped), and the todos of the
     events that went in. It answers the versions and the ids that went in, from which the statuses
-    follow as in ``_transaction``. Three round trips fewer than ``_transaction`` (BEGIN, a separate
-    version read and COMMIT): 16-30% more deliveries/s on PostgreSQL, side by side (bench/README.md)."""
+    follow as in ``_transaction``. One round trip instead of ``_transaction``'s five (BEGIN, the
+    versions, the events, the todos, COMMIT): 16-30% more deliveries/s on PostgreSQL, side by side
+    (bench/README.md)."""
     now = utcnow()
     live = sorted((n for n, rows in enumerate(batch) if _live(rows, now)), key=lambda n: batch[n].sort_key)
     if not live:
