@@ -5,14 +5,16 @@ kind of change is checked here, made by Switchboard's own functions and by raw S
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 
 from switchboard import tenancy, webhook_ops
 from switchboard.services import Services
-from switchboard.testing import make_webhook
+from switchboard.testing import engine_name, make_webhook
 
 
 async def _version(services: Services, webhook_id: str) -> int:
@@ -117,3 +119,49 @@ async def test_a_secret_rotation_moves_the_version(services: Services) -> None:
     before = await _version(services, github)
     await tenancy.rotate_webhook_secret(services.db, services.vault, services.providers, github)
     assert await _version(services, github) > before
+
+
+# Statements that concern two webhooks at once, made so that a plain scan would meet the second
+# webhook first: the endpoint owning both (the first webhook's row moved after the second's by an
+# update), and the routes of both to one endpoint (the second webhook's route added first).
+TWO_AT_ONCE = {
+    "an endpoint change": "UPDATE endpoints SET name = 'renamed' WHERE slug = 'ada-agent'",
+    "a routes deletion": (
+        "DELETE FROM routes WHERE endpoint_id = (SELECT id FROM endpoints WHERE slug = 'bob-agent')"
+    ),
+}
+
+
+@pytest.mark.skipif(engine_name() != "postgresql", reason="PostgreSQL's row locks")
+@pytest.mark.parametrize("change", list(TWO_AT_ONCE))
+async def test_a_change_to_two_webhooks_waits_for_the_writers_share_locks_instead_of_deadlocking(
+    services: Services, database_url: str, change: str
+) -> None:
+    """The writer share-locks its batch's webhooks in id order; the triggers lock the webhooks a
+    statement concerns in the same order, so a change that concerns two webhooks waits for a batch
+    that holds one of them and wants the other, rather than deadlocking with it."""
+    _, _, first = await make_webhook(services, "generic")
+    _, _, second = await make_webhook(services, "generic")
+    assert first < second
+    await tenancy.add_human(services.db, "bob")
+    bob = await tenancy.resolve_owner(services.db, human="bob")
+    await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
+    await tenancy.add_route(services.db, second, "bob-agent")
+    await tenancy.add_route(services.db, first, "bob-agent")
+    await _raw(services, f"UPDATE webhooks SET description = 'moved' WHERE id = '{first}'")
+    url = database_url.replace("postgresql+asyncpg://", "postgresql://")
+    batch, other = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        share = "SELECT id FROM webhooks WHERE id = $1 FOR SHARE"
+        async with batch.transaction():
+            await batch.execute(share, first)
+            changing = asyncio.create_task(other.execute(TWO_AT_ONCE[change]))
+            await asyncio.sleep(0.3)
+            assert not changing.done()  # waiting for the first webhook's share lock
+            # Had the change locked the second webhook first, this would deadlock (PostgreSQL
+            # aborts one of the two after deadlock_timeout).
+            await asyncio.wait_for(batch.execute(share, second), 10)
+        await asyncio.wait_for(changing, 10)
+    finally:
+        await batch.close()
+        await other.close()

@@ -11,7 +11,9 @@ that same lock (issue 12: 6-10% more deliveries/s on PostgreSQL, measured side b
 Triggers, not the application, move it on: a change made with raw SQL, by an older process during an
 upgrade, or by a tool that bypasses Switchboard's own functions is caught as before, when the writer
 compared every column. Any ``UPDATE`` counts, even one that sets a row to what it was (a needless
-re-decision, never a wrong answer).
+re-decision, never a wrong answer). On PostgreSQL the triggers on routes and endpoints fire once per
+statement and lock the webhooks it concerns in id order, the order the writer share-locks them in,
+so a change and a batch wait for each other instead of deadlocking.
 
 SQLite rebuilds a table for some changes (``batch_alter_table``) and a rebuilt table loses its
 triggers: a later migration that rebuilds ``webhooks``, ``routes`` or ``endpoints`` must create these
@@ -37,30 +39,64 @@ depends_on = None
 _CONCERNED = "endpoint_id = OLD.id OR id IN (SELECT webhook_id FROM routes WHERE endpoint_id = OLD.id)"
 _BUMP = "UPDATE webhooks SET config_version = config_version + 1 WHERE"
 
+
+def _bump_in_order(which: str) -> str:
+    """PL/pgSQL: lock the webhooks ``which`` selects in id order, then move their versions on. The
+    ingest writer share-locks its batch's webhooks in id order too, so a change that concerns
+    several webhooks waits for a batch holding one of them, or the batch for it, instead of the two
+    deadlocking (``tests/test_config_version.py``)."""
+    return f"""
+      PERFORM 1 FROM webhooks WHERE {which} ORDER BY id FOR NO KEY UPDATE;
+      {_BUMP} {which};"""
+
+
+# PostgreSQL: per statement, with the changed rows as transition tables (one trigger per event:
+# PostgreSQL takes transition tables only on a trigger of one event), so that a statement changing
+# many routes or endpoints locks every webhook they concern in one ordered pass.
+_ROUTES_OF = "id IN (SELECT webhook_id FROM changed_routes)"
+_ROUTES_MOVED = "id IN (SELECT webhook_id FROM changed_routes UNION SELECT webhook_id FROM moved_routes)"
+_ENDPOINTS_OF = (
+    "endpoint_id IN (SELECT id FROM changed_endpoints)"
+    " OR id IN (SELECT webhook_id FROM routes WHERE endpoint_id IN (SELECT id FROM changed_endpoints))"
+)
 POSTGRESQL = [
     """CREATE FUNCTION switchboard_webhook_changed() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN NEW.config_version := OLD.config_version + 1; RETURN NEW; END $$""",
     """CREATE TRIGGER webhooks_config_version BEFORE UPDATE ON webhooks
     FOR EACH ROW EXECUTE FUNCTION switchboard_webhook_changed()""",
-    f"""CREATE FUNCTION switchboard_route_changed() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF TG_OP <> 'INSERT' THEN {_BUMP} id = OLD.webhook_id; END IF;
-      IF TG_OP <> 'DELETE' THEN {_BUMP} id = NEW.webhook_id; END IF;
-      RETURN NULL;
-    END $$""",
-    """CREATE TRIGGER routes_config_version AFTER INSERT OR UPDATE OR DELETE ON routes
-    FOR EACH ROW EXECUTE FUNCTION switchboard_route_changed()""",
-    f"""CREATE FUNCTION switchboard_endpoint_changed() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN {_BUMP} {_CONCERNED}; RETURN NULL; END $$""",
-    """CREATE TRIGGER endpoints_config_version AFTER UPDATE OR DELETE ON endpoints
-    FOR EACH ROW EXECUTE FUNCTION switchboard_endpoint_changed()""",
+    f"""CREATE FUNCTION switchboard_routes_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN {_bump_in_order(_ROUTES_OF)} RETURN NULL; END $$""",
+    f"""CREATE FUNCTION switchboard_routes_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN {_bump_in_order(_ROUTES_MOVED)} RETURN NULL; END $$""",
+    """CREATE TRIGGER routes_inserted_config_version AFTER INSERT ON routes
+    REFERENCING NEW TABLE AS changed_routes FOR EACH STATEMENT EXECUTE FUNCTION switchboard_routes_changed()""",
+    """CREATE TRIGGER routes_deleted_config_version AFTER DELETE ON routes
+    REFERENCING OLD TABLE AS changed_routes FOR EACH STATEMENT EXECUTE FUNCTION switchboard_routes_changed()""",
+    """CREATE TRIGGER routes_updated_config_version AFTER UPDATE ON routes
+    REFERENCING OLD TABLE AS changed_routes NEW TABLE AS moved_routes
+    FOR EACH STATEMENT EXECUTE FUNCTION switchboard_routes_moved()""",
+    f"""CREATE FUNCTION switchboard_endpoints_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN {_bump_in_order(_ENDPOINTS_OF)} RETURN NULL; END $$""",
+    """CREATE TRIGGER endpoints_updated_config_version AFTER UPDATE ON endpoints
+    REFERENCING OLD TABLE AS changed_endpoints FOR EACH STATEMENT EXECUTE FUNCTION switchboard_endpoints_changed()""",
+    """CREATE TRIGGER endpoints_deleted_config_version AFTER DELETE ON endpoints
+    REFERENCING OLD TABLE AS changed_endpoints FOR EACH STATEMENT EXECUTE FUNCTION switchboard_endpoints_changed()""",
 ]
 POSTGRESQL_DROP = [
-    "DROP TRIGGER IF EXISTS endpoints_config_version ON endpoints",
-    "DROP TRIGGER IF EXISTS routes_config_version ON routes",
-    "DROP TRIGGER IF EXISTS webhooks_config_version ON webhooks",
-    "DROP FUNCTION IF EXISTS switchboard_endpoint_changed()",
-    "DROP FUNCTION IF EXISTS switchboard_route_changed()",
+    *(
+        f"DROP TRIGGER IF EXISTS {name}_config_version ON {table}"
+        for name, table in (
+            ("endpoints_deleted", "endpoints"),
+            ("endpoints_updated", "endpoints"),
+            ("routes_updated", "routes"),
+            ("routes_deleted", "routes"),
+            ("routes_inserted", "routes"),
+            ("webhooks", "webhooks"),
+        )
+    ),
+    "DROP FUNCTION IF EXISTS switchboard_endpoints_changed()",
+    "DROP FUNCTION IF EXISTS switchboard_routes_moved()",
+    "DROP FUNCTION IF EXISTS switchboard_routes_changed()",
     "DROP FUNCTION IF EXISTS switchboard_webhook_changed()",
 ]
 
