@@ -224,21 +224,35 @@ async def test_while_the_database_is_unreachable_every_waiting_delivery_is_answe
     assert status == 202 and answer["created"] == 1
 
 
-async def test_a_revocation_while_a_delivery_waits_to_be_stored_is_obeyed(
-    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _routed_to_bob(services: Services) -> tuple[str, str]:
+    """A generic webhook of ada's, routed to bob's endpoint too: (ingest token, webhook id)."""
     token, _, webhook_id = await make_webhook(services, "generic")
     await tenancy.add_human(services.db, "bob")
     bob = await tenancy.resolve_owner(services.db, human="bob")
     await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
     await tenancy.add_route(services.db, webhook_id, "bob-agent")
+    return token, webhook_id
+
+
+async def _one_waiting(
+    server: TestServer, base_url: str, token: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Gate, asyncio.Task[Answer], asyncio.Task[Answer]]:
+    """A first delivery held in the writer's transaction and a second one decided and waiting for
+    the writer: (the gate, the first's answer, the second's)."""
     gate = Gate(monkeypatch)
-    writer = server.app[INGEST_WRITER]
     first = asyncio.create_task(post(base_url, token, *_generic("first")))
     await asyncio.wait_for(gate.entered.wait(), 10)
-    # Decided with bob as a target, waiting for the writer...
     waiting = asyncio.create_task(post(base_url, token, *_generic("late")))
-    await _until(lambda: writer.waiting == 1)
+    await _until(lambda: server.app[INGEST_WRITER].waiting == 1)
+    return gate, first, waiting
+
+
+async def test_a_revocation_while_a_delivery_waits_to_be_stored_is_obeyed(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, _ = await _routed_to_bob(services)
+    # Decided with bob as a target, waiting for the writer...
+    gate, first, waiting = await _one_waiting(server, base_url, token, monkeypatch)
     # ...when bob's endpoint is revoked (and the revocation answered).
     await tenancy.revoke_endpoint(services.db, "bob-agent")
     gate.open()
@@ -282,19 +296,10 @@ async def test_a_change_made_with_raw_sql_while_a_delivery_waits_is_obeyed(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     statements, status, endpoints = BEHIND_ITS_BACK[change]
-    token, _, webhook_id = await make_webhook(services, "generic")
-    await tenancy.add_human(services.db, "bob")
-    bob = await tenancy.resolve_owner(services.db, human="bob")
-    await tenancy.vend_endpoint(services.db, name="bob-agent", owner=bob)
-    await tenancy.add_route(services.db, webhook_id, "bob-agent")
+    token, webhook_id = await _routed_to_bob(services)
     # Served from the cache from here on (a first delivery reads the configuration into it).
     assert (await post(base_url, token, *_generic("warm")))[0] == 202
-    gate = Gate(monkeypatch)
-    writer = server.app[INGEST_WRITER]
-    first = asyncio.create_task(post(base_url, token, *_generic("first")))
-    await asyncio.wait_for(gate.entered.wait(), 10)
-    waiting = asyncio.create_task(post(base_url, token, *_generic("late")))
-    await _until(lambda: writer.waiting == 1)
+    gate, first, waiting = await _one_waiting(server, base_url, token, monkeypatch)
     async with services.db.write() as s:
         for sql in statements:
             await s.execute(text(sql.format(webhook=webhook_id)))
@@ -400,46 +405,29 @@ async def test_two_processes_storing_the_same_delivery_store_it_once(
         server.check_log()
 
 
-@pytest.mark.skipif(engine_name() != "sqlite", reason="SQLite's writer thread")
-async def test_a_batch_on_sqlite_is_one_hand_off_to_the_writer(
+async def test_a_batch_is_one_hand_off_on_sqlite_and_one_statement_on_postgresql(
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
     gate = Gate(monkeypatch)
-    # The request's own configuration lookup is a read on its own engine; the batch is the write.
+    # The request's own configuration lookup is a read; the batch is the write.
     with watch_statements(services.db, reads=False) as seen:
         first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
     assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
-    # Two batches (the held first delivery, then the five): per batch the webhook's configuration
-    # version, then the events and the todos in multi-row inserts (five rows: four, then one), all
-    # on the writer's thread.
-    reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.CONFIG_VERSION"]
-    first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
-    assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 2 + ["INSERT INTO TODOS"] * 2
-    assert [len(sql.split("), (")) for sql in seen.direct_sql if sql.startswith("INSERT")] == [
-        1,
-        1,
-        4,
-        1,
-        4,
-        1,
-    ]
-    assert seen.through_sqlalchemy == []
     assert await counts(services) == (6, 6)
-
-
-@pytest.mark.skipif(engine_name() != "postgresql", reason="PostgreSQL's one-statement batch")
-async def test_a_batch_on_postgresql_is_one_statement(
-    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    token, _, _ = await make_webhook(services, "generic")
-    gate = Gate(monkeypatch)
-    with watch_statements(services.db, reads=False) as seen:
-        first, answers = await _held_batch(server, gate, base_url, token, [_generic(n) for n in range(5)])
-    assert [first[0], *(status for status, _, _ in answers)] == [202] * 6
-    # Two batches (the held first delivery, then the five), each one statement that is its own
-    # transaction: the versions share-locked, the events and the todos inserted.
-    # After each, the doorbell's publish.
+    # Two batches: the held first delivery, then the five.
+    if engine_name() == "sqlite":
+        # Per batch the webhook's configuration version, then the events and the todos in
+        # multi-row inserts (five rows: four, then one), all on the writer's thread.
+        reads = ["SELECT WEBHOOKS.ID, WEBHOOKS.CONFIG_VERSION"]
+        first_batch = [*reads, "INSERT INTO EVENTS", "INSERT INTO TODOS"]
+        assert seen.direct == first_batch + reads + ["INSERT INTO EVENTS"] * 2 + ["INSERT INTO TODOS"] * 2
+        inserts = [sql for sql in seen.direct_sql if sql.startswith("INSERT")]
+        assert [len(sql.split("), (")) for sql in inserts] == [1, 1, 4, 1, 4, 1]
+        assert seen.through_sqlalchemy == []
+        return
+    # Each batch one statement that is its own transaction (the versions share-locked, the events
+    # and the todos inserted), then the doorbell's publish.
     assert seen.direct == ["WITH VERSIONS AS", "SELECT PG_NOTIFY($1, CHUNK)"] * 2
     batches = [sql for sql in seen.direct_sql if sql.startswith("WITH versions AS MATERIALIZED")]
     assert len(batches) == 2 and all(
@@ -447,7 +435,6 @@ async def test_a_batch_on_postgresql_is_one_statement(
     )
     # Nothing written through SQLAlchemy (the first delivery's configuration is read through it).
     assert [sql for sql in seen.through_sqlalchemy if not sql.lstrip().startswith("SELECT")] == []
-    assert await counts(services) == (6, 6)
 
 
 async def test_a_redelivery_batched_with_other_deliveries_keeps_its_link_to_the_original(
