@@ -209,7 +209,7 @@ async def _newer(
 ) -> WebhookConfig | None:
     """The webhook as it is now if it differs from ``config`` (None: the same)."""
     current = await _lookup(services, cache, hashed)
-    return None if current.stamp == config.stamp else current
+    return None if current.version == config.version else current
 
 
 async def _decide(

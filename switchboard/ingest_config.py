@@ -1,10 +1,10 @@
 """What ingest needs to know about a webhook: the webhook row, its owner endpoint and its routes, read
-together as one ``WebhookConfig`` whose ``stamp`` says exactly which rows it was made from.
+together as one ``WebhookConfig`` whose ``version`` says exactly which state of them it was made from.
 
 The request path reads a configuration (by ingest token) and decides with it: verify, targets,
 rows. The group-commit writer reads the configurations of its batch again, by webhook id, inside its
 own transaction (share-locked on PostgreSQL; SQLite's write lock already excludes every other
-writer) and stores a delivery only if the stamp still matches and its live targets are still the
+writer) and stores a delivery only if the version still matches and its live targets are still the
 same. A delivery decided on a configuration that has since changed is handed back to be decided
 again. So a revoked endpoint never gets a todo once its revocation has committed, a delivery is
 stored only if it verified against the secrets the webhook's row holds at the commit, and a deleted
@@ -80,24 +80,22 @@ class Target:
 class WebhookConfig:
     """A webhook with its owner endpoint and its routes' endpoints (in the order they were added).
 
-    The rows are detached copies that nobody changes. ``stamp`` is the webhook's id and its
-    ``config_version``, which the database moves on whenever any of these rows changes (migration
-    0010), so two configurations are the same exactly when their stamps are equal.
+    The rows are detached copies that nobody changes. ``version`` is the webhook's
+    ``config_version`` as read with its row, which the database moves on whenever any of these rows
+    changes (migration 0010): two configurations of one webhook are the same exactly when their
+    versions are equal. It is read with the webhook's row, before its routes, so a change that lands
+    between the two reads leaves it behind: the writer then decides such a delivery again rather
+    than trusting rows that may be newer than their version.
     """
 
     webhook: Webhook
     owner: Endpoint
     routed: tuple[Endpoint, ...]
-    stamp: tuple[Any, ...]
+    version: int
 
     @property
     def id(self) -> str:
         return self.webhook.id
-
-    @property
-    def version(self) -> int:
-        """The webhook's ``config_version`` when these rows were read (the stamp's)."""
-        return int(self.stamp[1])
 
     def targets(self, now: datetime | None = None) -> list[Target]:
         """The owner endpoint first, then the routes in the order they were added; live ones
@@ -112,10 +110,7 @@ class WebhookConfig:
 
 
 def _config(webhook: Webhook, owner: Endpoint, routed: list[Endpoint]) -> WebhookConfig:
-    # What ``current_stamps`` reads back. The version comes with the webhook's row, read before its
-    # routes: a change that lands between the two reads leaves it behind, so the writer decides
-    # such a delivery again rather than trusting rows that may be newer than their stamp.
-    return WebhookConfig(webhook, owner, tuple(routed), (webhook.id, webhook.config_version))
+    return WebhookConfig(webhook, owner, tuple(routed), webhook.config_version)
 
 
 async def _assemble(s: AsyncSession, found: Select[Webhook, Endpoint]) -> dict[str, WebhookConfig]:
@@ -160,8 +155,8 @@ _VERSION_ONE = _VERSIONS.where(_WEBHOOKS.c.id == bindparam("id"))
 VERSIONS_ANY = _VERSIONS.where(_WEBHOOKS.c.id == any_(bindparam("ids", type_=ARRAY(String))))
 
 
-def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, tuple[Any, ...]]]:
-    """The stamps of these webhooks' configurations as they are now, share-locked, by webhook id
+def current_versions(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, int]]:
+    """The versions of these webhooks' configurations as they are now, share-locked, by webhook id
     (absent: deleted), as steps of the ingest writer's transaction (``Database.run_steps``): one
     statement on PostgreSQL, one per webhook on SQLite (calls into SQLite on its writer's thread)."""
     ids = sorted(set(webhook_ids))
@@ -171,7 +166,7 @@ def current_stamps(webhook_ids: Iterable[str], dialect: str) -> Steps[dict[str, 
             rows += yield _VERSION_ONE, {"id": webhook_id}
     else:
         rows = list((yield VERSIONS_ANY, {"ids": ids}))
-    return {row[0]: (row[0], row[1]) for row in rows}
+    return {row[0]: row[1] for row in rows}
 
 
 class ConfigCache:

@@ -68,7 +68,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from switchboard.db import is_unavailable, utcnow
 from switchboard.direct import Rows as StatementRows
 from switchboard.direct import Steps
-from switchboard.ingest_config import VERSIONS_ANY, WebhookConfig, current_stamps
+from switchboard.ingest_config import VERSIONS_ANY, WebhookConfig, current_versions
 from switchboard.models import Event, Todo
 from switchboard.sanitize import json_text
 from switchboard.services import Services
@@ -343,14 +343,14 @@ class IngestWriter:
                 pending.future.set_result(pending.result or Result("failed"))
 
 
-def _unchanged(batch: Sequence[Rows], current: dict[str, tuple[Any, ...]]) -> list[int]:
+def _unchanged(batch: Sequence[Rows], current: dict[str, int]) -> list[int]:
     """The indexes of the deliveries whose configuration is as they were decided on (the rest are
     ``stale``), in the order every writer inserts them."""
     now = utcnow()
     keep = [
         n
         for n, rows in enumerate(batch)
-        if current.get(rows.config.id) == rows.config.stamp and _live(rows, now)
+        if current.get(rows.config.id) == rows.config.version and _live(rows, now)
     ]
     return sorted(keep, key=lambda n: batch[n].sort_key)
 
@@ -393,7 +393,7 @@ def _transaction(batch: Sequence[Rows], dialect: str) -> Steps[tuple[list[Status
     whose driver has no arrays, takes them in multi-row ``VALUES`` (``_sqlite_insert``), on the
     writer's thread, without a hand-off."""
     on_sqlite = dialect == "sqlite"
-    keep = _unchanged(batch, (yield from current_stamps((rows.config.id for rows in batch), dialect)))
+    keep = _unchanged(batch, (yield from current_versions((rows.config.id for rows in batch), dialect)))
     events = [batch[n].event for n in keep]
     inserted: set[str] = set()
     if on_sqlite:
@@ -501,9 +501,9 @@ def _pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str 
         **_arrays("t", TODOS.name, todo_keys, todos),
     }
     found = yield _pg_batch_insert(event_keys, todo_keys), values
-    current = {row[1]: (row[1], row[2]) for row in found if row[0] == "w"}
+    current = {row[1]: row[2] for row in found if row[0] == "w"}
     inserted = {str(row[1]) for row in found if row[0] == "e"}
-    keep = [n for n in live if current.get(batch[n].config.id) == batch[n].config.stamp]
+    keep = [n for n in live if current.get(batch[n].config.id) == batch[n].config.version]
     return _statuses(batch, keep, inserted), {}
 
 
@@ -514,7 +514,7 @@ def _pg_batch_insert(event_keys: tuple[str, ...], todo_keys: tuple[str, ...]) ->
 
     PostgreSQL runs the CTEs on one snapshot, to completion, whether or not the final select reads
     them; the todos' foreign key to their new event is checked at the statement's end. The versions
-    are locked in id order, as ``current_stamps`` locks them."""
+    are locked in id order, as ``current_versions`` locks them."""
     versions = VERSIONS_ANY.cte("versions").prefix_with("MATERIALIZED")
     given, picked = _given("e", EVENTS.name, event_keys, config_version=BigInteger())
     decided_on_now = (versions.c.id == given.c.webhook_id) & (
