@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,6 +33,7 @@ from switchboard.sanitize import (
     TOO_DEEP,
     _deeper,
     _nests_deeper,
+    _within,
     _orjson_encoded,
     storable_encoded,
 )
@@ -234,7 +236,8 @@ def test_the_depth_bound_is_the_same_on_both_paths(depth: int) -> None:
 
 
 # Strings that look like structure: brackets, quotes and backslashes, escaped in the JSON text.
-tricky_text = st.text(st.sampled_from(list('[]{}"\\\\n ab')), max_size=8)
+# A raw line break too: indented output must not mistake one in a string for a line of its own.
+tricky_text = st.text(st.sampled_from([*'[]{}"\\\\n ab', "\n"]), max_size=8)
 
 
 def _nesting_strategy() -> st.SearchStrategy[Any]:
@@ -263,3 +266,19 @@ def test_nesting_read_from_the_bytes_is_the_structures_own(value: Any, limit: in
     assert _nests_deeper(encoded, limit) == (_depth(value) > limit)
     if isinstance(value, dict | list):
         assert _deeper(value, limit=limit) == (_depth(value) > limit)
+        if limit >= 1:
+            assert _within(value, orjson.dumps(value), limit) == (_depth(value) <= limit)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 64])
+@pytest.mark.parametrize("shape", ["list", "dict", "empty", "keyed"])
+def test_the_indented_bound_holds_right_at_the_limit(limit: int, shape: str) -> None:
+    """At ``limit`` levels and one more, for every way a level can open: an array element, an
+    object member, an empty container, a key that is itself bracket-shaped."""
+    for depth in (limit - 1, limit, limit + 1):
+        value: Any = {} if shape == "empty" else 1
+        for level in range(depth - (1 if shape == "empty" else 0)):
+            value = {"k{": value} if shape == "keyed" or (shape == "dict" and level % 2) else [value]
+        if not isinstance(value, dict | list):
+            continue
+        assert _within(value, orjson.dumps(value), limit) == (_depth(value) <= limit)
