@@ -46,7 +46,6 @@ from switchboard.logs import ACCESS_NOTE
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
 from switchboard.services import Services, services_of
-from switchboard.tenancy import webhook_secret
 from switchboard.vault import VaultError
 from switchboard.webhook_ops import PAUSED_RETRY_AFTER, previous_secret
 
@@ -393,7 +392,7 @@ def _signing_secret(services: Services, config: WebhookConfig, kind: SourceKind)
     webhook = config.webhook
     verified = kind.secret != "none" and webhook.trust_mode == "signed"
     try:
-        secret = webhook_secret(services.vault, webhook)
+        secret = config.signing_secret(services.vault)
     except VaultError as exc:
         log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
         raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None

@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -57,7 +57,8 @@ from switchboard import config_changes
 from switchboard.db import Database, utcnow
 from switchboard.direct import Steps
 from switchboard.models import Endpoint, Route, Webhook
-from switchboard.tenancy import endpoint_is_live
+from switchboard.tenancy import endpoint_is_live, webhook_secret
+from switchboard.vault import Vault
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -92,10 +93,23 @@ class WebhookConfig:
     owner: Endpoint
     routed: tuple[Endpoint, ...]
     version: int
+    # The signing secret once opened (``signing_secret``), by nobody but this configuration.
+    _opened: list[str | None] = field(default_factory=list, repr=False)
 
     @property
     def id(self) -> str:
         return self.webhook.id
+
+    def signing_secret(self, vault: Vault) -> str | None:
+        """The webhook's signing secret, opened from its sealed column once per configuration.
+
+        Opening it is two AES-GCM decryptions, which every delivery paid for (issue 12). The plain
+        secret is kept only as long as this configuration, in the process that already holds the
+        key that opens it; a new secret, a reseal or a rotation is a new configuration (its version
+        moves), so it is opened again. A ``VaultError`` is raised every time, never kept."""
+        if not self._opened:
+            self._opened.append(webhook_secret(vault, self.webhook))
+        return self._opened[0]
 
     def targets(self, now: datetime | None = None) -> list[Target]:
         """The owner endpoint first, then the routes in the order they were added; live ones

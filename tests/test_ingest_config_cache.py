@@ -16,6 +16,7 @@ from switchboard import tenancy
 from switchboard.ingest import INGEST_CONFIGS
 from switchboard.models import Endpoint
 from switchboard.services import Services
+from switchboard.vault import VaultError
 from switchboard.testing import (
     ServeProcess,
     ServeProcesses,
@@ -113,6 +114,47 @@ async def test_changes_in_this_process_take_effect_on_the_next_delivery(
     await tenancy.delete_webhook(db, webhook_id)
     status, answer = await _github(base_url, token, new_secret)
     assert status == 404 and answer["error"] == "not_found"
+
+
+async def test_the_signing_secret_is_opened_once_per_configuration(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliveries to a cached webhook reuse its opened secret; a rotation is a new configuration,
+    whose secret is opened again, and a secret that cannot be opened is tried again each time."""
+    token, secret, webhook_id = await make_webhook(services, "github")
+    assert secret is not None
+    vault, opened = services.vault, []
+    real_open = vault.open
+
+    def counting_open(blob: bytes, key_id: str, aad: bytes) -> str:
+        opened.append(aad)
+        return real_open(blob, key_id, aad)
+
+    monkeypatch.setattr(vault, "open", counting_open)
+    for _ in range(5):
+        assert (await _github(base_url, token, secret))[0] == 202
+    assert len(opened) <= 2  # the first read, and once more if the LISTEN connection emptied the cache
+    before = len(opened)
+    for _ in range(5):
+        assert (await _github(base_url, token, secret))[0] == 202
+    assert len(opened) == before
+
+    new_secret = await tenancy.rotate_webhook_secret(services.db, vault, services.providers, webhook_id)
+    assert (await _github(base_url, token, new_secret))[0] == 202
+    assert len(opened) > before
+
+    def failing_open(blob: bytes, key_id: str, aad: bytes) -> str:
+        raise VaultError("stored secret failed authentication")
+
+    # A configuration whose secret could not be opened keeps nothing: the same configuration, once
+    # the secret opens again, verifies the next delivery.
+    newest = await tenancy.rotate_webhook_secret(services.db, vault, services.providers, webhook_id)
+    monkeypatch.setattr(vault, "open", failing_open)
+    for _ in range(2):
+        status, answer = await _github(base_url, token, newest)
+        assert status == 503 and answer["error"] == "unavailable"
+    monkeypatch.setattr(vault, "open", counting_open)
+    assert (await _github(base_url, token, newest))[0] == 202
 
 
 async def test_a_refusal_decided_on_a_cached_copy_is_decided_again_on_the_rows(
