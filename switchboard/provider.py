@@ -10,6 +10,7 @@ read and tested without a server. Provider authors import these through ``switch
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -480,7 +481,20 @@ def origin_of(url: object, schemes: tuple[str, ...] = ("https", "http")) -> tupl
     The URL is not repaired: upper-case hosts, user info, backslashes, spaces, control characters or
     an odd scheme all answer None.
     """
-    if not isinstance(url, str) or len(url) > 2048 or not url.isascii() or not url.isprintable():
+    if not isinstance(url, str) or len(url) > 2048:
+        return None
+    return _origin(url, tuple(schemes))
+
+
+# A sender names the same few repositories (and so URLs) over and over: ``origin_of`` and
+# ``instance_base`` are pure, so each URL is checked once (a forge delivery checks its repository's
+# twice; together a few percent of ingest's CPU, issue 12). Bounded, as the URLs are the sender's.
+_URLS_KEPT = 1024
+
+
+@functools.lru_cache(maxsize=_URLS_KEPT)
+def _origin(url: str, schemes: tuple[str, ...]) -> tuple[str, str] | None:
+    if not url.isascii() or not url.isprintable():
         return None
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in schemes or any(c in rest for c in " \\@"):
@@ -512,8 +526,15 @@ def instance_base(url: object, suffix: str, schemes: tuple[str, ...] = ("https",
     without regard to case, as forges spell names in either), with no query, fragment or
     percent-escape, and every base path segment a plain name (no ``.``, ``..`` or empty segment).
     """
+    if not isinstance(url, str) or not isinstance(suffix, str) or len(url) > 2048:
+        return None
+    return _instance_base(url, suffix, tuple(schemes))
+
+
+@functools.lru_cache(maxsize=_URLS_KEPT)
+def _instance_base(url: str, suffix: str, schemes: tuple[str, ...]) -> str | None:
     origin = origin_of(url, schemes=schemes)
-    if origin is None or not isinstance(url, str) or not suffix.startswith("/"):
+    if origin is None or not suffix.startswith("/"):
         return None
     scheme, host = origin
     rest = url[len(scheme) + 3 + len(host) :]
