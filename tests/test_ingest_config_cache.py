@@ -16,7 +16,6 @@ from switchboard import tenancy
 from switchboard.ingest import INGEST_CONFIGS
 from switchboard.models import Endpoint
 from switchboard.services import Services
-from switchboard.vault import VaultError
 from switchboard.testing import (
     ServeProcess,
     ServeProcesses,
@@ -26,6 +25,7 @@ from switchboard.testing import (
     make_webhook,
     post,
 )
+from switchboard.vault import VaultError
 
 _numbers = iter(range(1, 1_000_000))
 

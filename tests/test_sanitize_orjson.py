@@ -33,8 +33,8 @@ from switchboard.sanitize import (
     TOO_DEEP,
     _deeper,
     _nests_deeper,
-    _within,
     _orjson_encoded,
+    _within,
     storable_encoded,
 )
 from switchboard.todos import encode_payload
