@@ -38,8 +38,9 @@ import aiohttp
 from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import ResolveResult
 
+from switchboard.addresses import valid_host
 from switchboard.db import utcnow
-from switchboard.provider import ErrorClass, PostResult, PostState, valid_host
+from switchboard.provider import ErrorClass, PostResult, PostState
 
 # Providers annotate with ``outbound.Response``; it is plain data, so it lives with the other values.
 from switchboard.provider import Response as Response

@@ -20,6 +20,20 @@ in ``__all__`` keeps its meaning within a minor version (a plugin depends on
 
 from __future__ import annotations
 
+from switchboard.addresses import (
+    comment_echo_clues,
+    forge_comment_address,
+    https_base,
+    instance_base,
+    instance_key,
+    origin_of,
+    same_instance,
+    valid_host,
+    valid_number,
+    valid_repo,
+    valid_slack_id,
+    valid_slack_ts,
+)
 from switchboard.hookspecs import hookimpl
 from switchboard.outbound import (
     OutboundError,
@@ -55,26 +69,14 @@ from switchboard.provider import (
     SourceKind,
     TrustSpec,
     Verdict,
-    comment_echo_clues,
     find_marker,
-    forge_comment_address,
     hmac_sha256_hex,
-    https_base,
-    instance_base,
-    instance_key,
     json_object,
     no_address,
     no_echo_clues,
     one_line,
-    origin_of,
     reply_marker,
     same,
-    same_instance,
-    valid_host,
-    valid_number,
-    valid_repo,
-    valid_slack_id,
-    valid_slack_ts,
 )
 from switchboard.sdk.actors import actor_at, actors_of, forge_actors
 from switchboard.sdk.checks import (
