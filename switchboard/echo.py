@@ -17,15 +17,18 @@ returned: the reply row exists (pending) before the dial, so its id is already k
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, bindparam, or_, select
+from sqlalchemy import ColumnElement, Integer, Select, String, and_, bindparam, column, func, or_, select
+from sqlalchemy.dialects.postgresql import ARRAY
 
-from switchboard.db import Database
+from switchboard.db import Database, DatabaseUnavailable
 from switchboard.direct import Steps
 from switchboard.models import Connection, Reply
 from switchboard.plugins import Providers, UnknownKind
@@ -120,13 +123,16 @@ def has_clues(clues: EchoClues | None) -> bool:
     return clues is not None and bool(clues.object_ids or clues.marker or clues.bot_id)
 
 
-def echo_steps(scopes: Iterable[str], origin: Origin | None) -> Steps[frozenset[str]]:
+def echo_steps(
+    scopes: Iterable[str], origin: Origin | None, *, by_object: frozenset[str] | None = None
+) -> Steps[frozenset[str]]:
     """The scopes, among ``scopes``, for which the delivery is their own reply coming back (the
     reads, as ``direct.Steps``; ``echo_scopes`` runs them).
 
     A scope matches when one of its replies to the same provider and thread has the delivery's
     object id, or is the reply the delivery's marker names, or when the delivery's bot is the bot a
     connection of that scope, of that provider and serving that address, recorded in its test.
+    ``by_object``: what the object-id read found, when it was made already (``SharedEchoReads``).
     """
     wanted = list(dict.fromkeys(scopes))
     if origin is None or not wanted or not has_clues(origin.clues):
@@ -134,7 +140,9 @@ def echo_steps(scopes: Iterable[str], origin: Origin | None) -> Steps[frozenset[
     clues, found = origin.clues, set[str]()
     scope_values = _padded("scope", wanted)
     same_origin = {**scope_values, "thread": origin.thread, "provider": origin.provider}
-    if clues.object_ids:
+    if by_object is not None:
+        found.update(by_object)
+    elif clues.object_ids:
         ids = list(dict.fromkeys(clues.object_ids))
         statement = _by_object(len(scope_values), len(_padded("object_id", ids)))
         rows = yield statement, {**same_origin, **_padded("object_id", ids)}
@@ -151,9 +159,132 @@ def echo_steps(scopes: Iterable[str], origin: Origin | None) -> Steps[frozenset[
     return frozenset(found)
 
 
-async def echo_scopes(db: Database, scopes: Iterable[str], origin: Origin | None) -> frozenset[str]:
-    """``echo_steps``, run on a read connection."""
-    return await db.read_steps(echo_steps(scopes, origin))
+def _bot_read(origin: Origin) -> bool:
+    return bool(origin.clues.bot_id) and origin.serves is not None
+
+
+async def echo_scopes(
+    db: Database, scopes: Iterable[str], origin: Origin | None, shared: SharedEchoReads | None = None
+) -> frozenset[str]:
+    """``echo_steps``, run on a read connection; with ``shared``, the object-id read is made with
+    the other checks waiting at the time (the marker and bot reads, rare, are made alone)."""
+    wanted = list(dict.fromkeys(scopes))
+    if shared is None or origin is None or not wanted or not origin.clues.object_ids:
+        return await db.read_steps(echo_steps(wanted, origin))
+    by_object = await shared.found(wanted, origin)
+    if not origin.clues.marker and not _bot_read(origin):
+        return by_object
+    return await db.read_steps(echo_steps(wanted, origin, by_object=by_object))
+
+
+# One check of ``SharedEchoReads``: its scopes, its origin and the future its answer goes to.
+_Check = tuple[list[str], "Origin", "asyncio.Future[frozenset[str]]"]
+
+
+class SharedEchoReads:
+    """The object-id reads of the echo checks waiting at one time, made as one statement.
+
+    Ingest makes one for every verified delivery that carries a comment id (most of a forge bot's
+    deliveries): alone, each was a pooled connection and a round trip, about a sixth of such a
+    delivery's CPU on PostgreSQL (issue 12). As the ingest writer shares its commit, the checks
+    that arrive while a read runs share the next one; a check that arrives when none runs is read
+    on the event loop's next turn. Every row of the statement carries the number of the check it
+    answers, so a check gets exactly the rows its own scopes, thread and provider match, as its
+    own statement would have given it. If the read fails, every check of it gets the error.
+    """
+
+    def __init__(self, db: Database, max_batch: int = 64) -> None:
+        self.db = db
+        self.max_batch = max_batch
+        self._waiting: list[_Check] = []
+        self._task: asyncio.Task[None] | None = None
+        # For tests: how many statements the checks took.
+        self.reads = 0
+
+    async def found(self, scopes: list[str], origin: Origin) -> frozenset[str]:
+        """The scopes among ``scopes`` with a reply to ``origin``'s provider and thread that has
+        one of its object ids."""
+        loop = asyncio.get_running_loop()
+        check: _Check = (scopes, origin, loop.create_future())
+        self._waiting.append(check)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain(), name="switchboard:echo-reads")
+        return await check[2]
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch = [c for c in self._waiting[: self.max_batch] if not c[2].done()]
+                del self._waiting[: self.max_batch]
+                if not batch:
+                    continue
+                self.reads += 1
+                try:
+                    found = await self.db.read_steps(_shared_steps(batch, self.db.is_sqlite))
+                except Exception as exc:
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for n, (_, _, future) in enumerate(batch):
+                    if not future.done():
+                        future.set_result(found.get(n, frozenset()))
+        finally:
+            # Stopped (the loop is closing): nobody waits for ever.
+            for _, _, future in self._waiting:
+                if not future.done():
+                    future.set_exception(DatabaseUnavailable("echo reads stopped"))
+
+
+def _shared_steps(batch: list[_Check], sqlite: bool) -> Steps[dict[int, frozenset[str]]]:
+    """One read for every (object id, scope) pair of every check, numbered by check."""
+    given = [
+        (n, object_id, scope, origin.thread, origin.provider)
+        for n, (scopes, origin, _) in enumerate(batch)
+        for object_id in dict.fromkeys(origin.clues.object_ids)
+        for scope in scopes
+    ]
+    if sqlite:
+        values: dict[str, Any] = {"given": json.dumps(given)}
+    else:
+        values = {name: [row[i] for row in given] for i, name in enumerate(_GIVEN)}
+    rows = yield _by_objects_of_checks(sqlite), values
+    found: dict[int, set[str]] = {}
+    for row in rows:
+        found.setdefault(int(row.n), set()).add(row.owner_scope)
+    return {n: frozenset(scopes) for n, scopes in found.items()}
+
+
+_GIVEN = ("n", "object_id", "scope", "thread", "provider")
+
+
+@functools.cache
+def _by_objects_of_checks(sqlite: bool) -> Select[tuple[int, str]]:
+    """``_by_object`` for many checks at once: the given (check, object id, scope, thread,
+    provider) rows joined to the replies they match. PostgreSQL takes them as one array per column
+    (``unnest``), SQLite as one JSON array of rows (``json_each``): one statement text either way."""
+    if sqlite:
+        table = func.json_each(bindparam("given", type_=String())).table_valued("value")
+        rows = table.alias("given")
+        n, object_id, scope, thread, provider = (
+            cast(ColumnElement[Any], func.json_extract(rows.c.value, f"$[{i}]")) for i in range(len(_GIVEN))
+        )
+    else:
+        # Any: SQLAlchemy's stubs type ARRAY's and column's item types more narrowly than they are.
+        typed: list[tuple[str, Any]] = list(
+            zip(_GIVEN, (Integer(), String(), String(), String(), String()), strict=True)
+        )
+        arrays = func.unnest(*(bindparam(name, type_=ARRAY(kind)) for name, kind in typed))
+        rows = arrays.table_valued(*(column(name, kind) for name, kind in typed)).render_derived(name="given")
+        n, object_id, scope, thread, provider = (rows.c[name] for name in _GIVEN)
+    r = _REPLIES
+    matches = and_(
+        r.provider_object_id == object_id,
+        r.owner_scope == scope,
+        r.thread_key == thread,
+        or_(r.provider == provider, r.provider.is_(None)),
+    )
+    return select(n.label("n"), r.owner_scope).select_from(rows).join(Reply.__table__, matches).distinct()
 
 
 def clues_of(providers: Providers, delivery: Delivery, verdict: Verdict) -> EchoClues | None:
@@ -189,12 +320,14 @@ async def own_reply_scopes(
     verdict: Verdict,
     address: Address | None,
     scopes: Iterable[str],
+    shared: SharedEchoReads | None = None,
 ) -> frozenset[str]:
     """Ingest's one call (step 5, for a verified delivery, with the address step 6 kept): the
     target scopes for which the delivery is their own reply. Those targets get no todo; it is a
     ``self_reply`` only when that is every target. Reads the database only when the delivery has
-    an address and clues."""
+    an address and clues; with ``shared``, its object-id read is shared with the other
+    deliveries' checks waiting at the time."""
     origin = origin_of(services.providers, delivery, verdict, address)
     if origin is None:
         return frozenset()
-    return await echo_scopes(services.db, scopes, origin)
+    return await echo_scopes(services.db, scopes, origin, shared)

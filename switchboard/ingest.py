@@ -33,7 +33,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard.db import is_unavailable, utcnow
 from switchboard.delivery_records import DELIVERY_RECORDER, DeliveryRecorder
-from switchboard.echo import own_reply_scopes
+from switchboard.echo import SharedEchoReads, own_reply_scopes
 from switchboard.ids import new_id, token_hash
 from switchboard.ingest_admission import Admission, RateLimiter
 from switchboard.ingest_answers import Outcome, Refusal, accepted, duplicate
@@ -95,6 +95,7 @@ class Decision:
 DECIDE_ATTEMPTS = 3
 
 INGEST_WRITER = web.AppKey("ingest_writer", IngestWriter)
+INGEST_ECHO_READS = web.AppKey("ingest_echo_reads", SharedEchoReads)
 INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 
@@ -234,7 +235,7 @@ async def _decide(
 
     # 5./6. Housekeeping, the reply address and echo suppression (per target scope).
     disposition, address, minting, withheld = await _disposition(
-        services, config, delivery, verdict, verified, targets
+        services, config, delivery, verdict, verified, targets, request.app[INGEST_ECHO_READS]
     )
 
     # 7. Intake (trust, rules, the action), then the event and its todos.
@@ -470,6 +471,7 @@ async def _disposition(
     verdict: Verdict,
     verified: bool,
     targets: list[Target],
+    echo_reads: SharedEchoReads | None = None,
 ) -> tuple[str, Address | None, list[Target], str | None]:
     """Steps 5 and 6: (disposition, address, the targets that get a todo, why an address was
     withheld). Housekeeping is ``ignored``. The reply address (verified deliveries only) is kept
@@ -482,7 +484,8 @@ async def _disposition(
     address = bound.address
     if not verified:
         return "routed", address, targets, bound.withheld
-    echoed = await own_reply_scopes(services, delivery, verdict, address, [t.owner_scope for t in targets])
+    scopes = [t.owner_scope for t in targets]
+    echoed = await own_reply_scopes(services, delivery, verdict, address, scopes, echo_reads)
     if echoed:
         services.metrics.inc("switchboard_echo_drops_total", source=delivery.source)
     minting = [t for t in targets if t.owner_scope not in echoed]
@@ -592,6 +595,7 @@ def setup(app: web.Application) -> None:
     app[INGEST_LIMITER] = RateLimiter(rate=settings.ingest_rate, burst=settings.ingest_burst)
     app[INGEST_ADMISSION] = Admission(services.metrics, settings.trusted_proxy_networks)
     app[INGEST_WRITER] = IngestWriter(services)
+    app[INGEST_ECHO_READS] = SharedEchoReads(services.db)
     app[INGEST_CONFIGS] = ConfigCache()
     app[DELIVERY_RECORDER] = DeliveryRecorder(services)
     # After ``_resources`` (app.py): cleaned up before the database pool is disposed of.

@@ -9,9 +9,11 @@ that made the reply.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,8 +23,8 @@ from sqlalchemy import select, update
 
 from switchboard import connections as conn
 from switchboard import reply, tenancy
-from switchboard.db import Database, utcnow
-from switchboard.echo import Origin, echo_scopes, origin_of, own_reply_scopes
+from switchboard.db import Database, DatabaseUnavailable, utcnow
+from switchboard.echo import Origin, SharedEchoReads, echo_scopes, origin_of, own_reply_scopes
 from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Reply, Todo
 from switchboard.owners import Owner, resolve_owner
@@ -97,29 +99,63 @@ def origin(address: Address, **clues: Any) -> Origin:
     return Origin.of(address, EchoClues(**clues))
 
 
-async def scopes_of(db: Database, scopes: list[str], probe: Origin | None) -> frozenset[str]:
-    return await echo_scopes(db, scopes, probe)
+ScopesOf = Callable[[list[str], Origin | None], Awaitable[frozenset[str]]]
 
 
-async def test_an_object_id_matches_only_with_its_provider_and_thread(db: Database, replies: Replies) -> None:
+@pytest.fixture(params=["alone", "shared"])
+def scopes_of(request: pytest.FixtureRequest, db: Database) -> ScopesOf:
+    """The echo scopes of one check: made alone, or (``shared``) with its object-id read shared
+    with other checks waiting at the same time (ingest's ``SharedEchoReads``), decoys whose
+    threads, providers and scopes differ. Every test below must read the same either way: a
+    shared read never hands a check another check's rows."""
+    if request.param == "alone":
+        return lambda scopes, probe: echo_scopes(db, scopes, probe)
+    shared = SharedEchoReads(db)
+
+    async def shared_scopes_of(scopes: list[str], probe: Origin | None) -> frozenset[str]:
+        decoys = []
+        if probe is not None and probe.clues.object_ids:
+            clues = EchoClues(object_ids=probe.clues.object_ids)
+            decoys = [
+                # The same ids on another thread and under another provider, for the same scopes.
+                echo_scopes(
+                    db, scopes, Origin.of(forge_address("github", "github.com", number=99), clues), shared
+                ),
+                echo_scopes(
+                    db, scopes, Origin.of(forge_address("gitea", "decoy.example.com"), clues), shared
+                ),
+            ]
+        reads = shared.reads
+        answers = await asyncio.gather(echo_scopes(db, scopes, probe, shared), *decoys)
+        assert shared.reads - reads <= 1, "the checks waiting together took one read"
+        return answers[0]
+
+    return shared_scopes_of
+
+
+async def test_an_object_id_matches_only_with_its_provider_and_thread(
+    db: Database, replies: Replies, scopes_of: ScopesOf
+) -> None:
     ada, _ = await replies.record(GITHUB_THREAD, "1001")
     bob, _ = await replies.record(GITHUB_THREAD, "2002", handle="bob")
     both = [ada, bob]
     # The reply itself, delivered back: Ada's scope only.
-    assert await scopes_of(db, both, origin(GITHUB_THREAD, object_ids=("1001",))) == {ada}
+    assert await scopes_of(both, origin(GITHUB_THREAD, object_ids=("1001",))) == {ada}
     # A human's Gitea comment whose id equals the GitHub reply's id: nobody's echo.
-    assert await scopes_of(db, both, origin(GITEA_THREAD, object_ids=("1001",))) == set()
+    assert await scopes_of(both, origin(GITEA_THREAD, object_ids=("1001",))) == set()
     # The same id on another GitHub thread, or on another instance: not ours either.
     other_issue = forge_address("github", "github.com", number=8)
     other_host = forge_address("github", "ghes.example.com")
-    assert await scopes_of(db, both, origin(other_issue, object_ids=("1001",))) == set()
-    assert await scopes_of(db, both, origin(other_host, object_ids=("1001",))) == set()
+    assert await scopes_of(both, origin(other_issue, object_ids=("1001",))) == set()
+    assert await scopes_of(both, origin(other_host, object_ids=("1001",))) == set()
     # Only the scopes asked about count.
-    assert await scopes_of(db, [bob], origin(GITHUB_THREAD, object_ids=("1001",))) == set()
-    assert await scopes_of(db, both, origin(GITHUB_THREAD, object_ids=("1001", "2002"))) == {ada, bob}
+    assert await scopes_of([bob], origin(GITHUB_THREAD, object_ids=("1001",))) == set()
+    assert await scopes_of(both, origin(GITHUB_THREAD, object_ids=("1001", "2002"))) == {ada, bob}
 
 
-async def test_any_number_of_scopes_and_object_ids_match_exactly(db: Database, replies: Replies) -> None:
+async def test_any_number_of_scopes_and_object_ids_match_exactly(
+    db: Database, replies: Replies, scopes_of: ScopesOf
+) -> None:
     # The reads take their lists as fixed placeholders, padded to a power of two: every length
     # from one to nine, with the replying scope and the reply's id anywhere in the lists.
     scopes = [(await replies.record(GITHUB_THREAD, f"{n}00", handle=f"h{n}"))[0] for n in range(1, 10)]
@@ -127,36 +163,80 @@ async def test_any_number_of_scopes_and_object_ids_match_exactly(db: Database, r
         asked = scopes[:count]
         for last in range(count):
             ids = (*(f"{n}00" for n in range(20, 20 + last)), f"{last + 1}00")
-            assert await scopes_of(db, asked, origin(GITHUB_THREAD, object_ids=ids)) == {scopes[last]}
+            assert await scopes_of(asked, origin(GITHUB_THREAD, object_ids=ids)) == {scopes[last]}
         # Ids that no scope asked about replied with: nobody's echo.
-        assert await scopes_of(db, asked, origin(GITHUB_THREAD, object_ids=("900", "999"))) == (
+        assert await scopes_of(asked, origin(GITHUB_THREAD, object_ids=("900", "999"))) == (
             {scopes[8]} if count == 9 else set()
         )
     everyone = origin(GITHUB_THREAD, object_ids=tuple(f"{n}00" for n in range(1, 10)))
-    assert await scopes_of(db, scopes[::-1] + scopes, everyone) == set(scopes)
+    assert await scopes_of(scopes[::-1] + scopes, everyone) == set(scopes)
+
+
+async def test_checks_sharing_a_read_each_get_their_own_answer(db: Database, replies: Replies) -> None:
+    ada, _ = await replies.record(GITHUB_THREAD, "1001")
+    bob, _ = await replies.record(GITEA_THREAD, "2002", handle="bob")
+    shared = SharedEchoReads(db)
+    both_ids = EchoClues(object_ids=("1001", "2002"))
+    checks = [
+        ([ada, bob], Origin.of(GITHUB_THREAD, both_ids)),
+        ([ada, bob], Origin.of(GITEA_THREAD, both_ids)),
+        ([bob], Origin.of(GITHUB_THREAD, both_ids)),
+        ([ada], Origin.of(GITEA_THREAD, both_ids)),
+        ([ada, bob], Origin.of(GITHUB_THREAD, EchoClues(object_ids=("2002",)))),
+    ]
+    answers = await asyncio.gather(*(echo_scopes(db, scopes, probe, shared) for scopes, probe in checks))
+    assert answers == [{ada}, {bob}, set(), set(), set()]
+    assert shared.reads == 1
+
+
+async def test_a_failed_shared_read_fails_each_of_its_checks_and_a_cancelled_one_is_skipped(
+    db: Database, replies: Replies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ada, _ = await replies.record(GITHUB_THREAD, "1001")
+    shared = SharedEchoReads(db)
+    probe = Origin.of(GITHUB_THREAD, EchoClues(object_ids=("1001",)))
+    real = db.read_steps
+
+    async def down(steps: Any) -> Any:
+        raise DatabaseUnavailable("the database is down")
+
+    monkeypatch.setattr(db, "read_steps", down)
+    answers = await asyncio.gather(
+        *(echo_scopes(db, [ada], probe, shared) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(answer, DatabaseUnavailable) for answer in answers)
+    monkeypatch.setattr(db, "read_steps", real)
+    # A check whose request went away gets no answer (its future is cancelled); the others do.
+    gone = asyncio.ensure_future(echo_scopes(db, [ada], probe, shared))
+    await asyncio.sleep(0)
+    gone.cancel()
+    assert await echo_scopes(db, [ada], probe, shared) == {ada}
+    assert gone.cancelled()
 
 
 async def test_replies_recorded_before_the_provider_was_kept_match_by_their_thread(
-    db: Database, replies: Replies
+    db: Database, replies: Replies, scopes_of: ScopesOf
 ) -> None:
     ada, _ = await replies.record(GITHUB_THREAD, "1001", provider=None)
-    assert await scopes_of(db, [ada], origin(GITHUB_THREAD, object_ids=("1001",))) == {ada}
-    assert await scopes_of(db, [ada], origin(GITEA_THREAD, object_ids=("1001",))) == set()
+    assert await scopes_of([ada], origin(GITHUB_THREAD, object_ids=("1001",))) == {ada}
+    assert await scopes_of([ada], origin(GITEA_THREAD, object_ids=("1001",))) == set()
 
 
-async def test_a_marker_counts_for_its_own_scope_provider_and_thread(db: Database, replies: Replies) -> None:
+async def test_a_marker_counts_for_its_own_scope_provider_and_thread(
+    db: Database, replies: Replies, scopes_of: ScopesOf
+) -> None:
     ada, reply_id = await replies.record(GITEA_THREAD, None)
     bob, _ = await replies.record(GITEA_THREAD, None, handle="bob")
-    assert await scopes_of(db, [ada, bob], origin(GITEA_THREAD, marker=reply_id)) == {ada}
-    assert await scopes_of(db, [bob], origin(GITEA_THREAD, marker=reply_id)) == set()
+    assert await scopes_of([ada, bob], origin(GITEA_THREAD, marker=reply_id)) == {ada}
+    assert await scopes_of([bob], origin(GITEA_THREAD, marker=reply_id)) == set()
     other_thread = forge_address("gitea", "git.example.com", number=8)
-    assert await scopes_of(db, [ada, bob], origin(other_thread, marker=reply_id)) == set()
+    assert await scopes_of([ada, bob], origin(other_thread, marker=reply_id)) == set()
     github_same_path = forge_address("github", "git.example.com")
-    assert await scopes_of(db, [ada, bob], origin(github_same_path, marker=reply_id)) == set()
+    assert await scopes_of([ada, bob], origin(github_same_path, marker=reply_id)) == set()
 
 
 async def test_a_bot_id_counts_for_the_scope_whose_connection_serves_that_account(
-    services: Services, db: Database
+    services: Services, db: Database, scopes_of: ScopesOf
 ) -> None:
     owner, _ = await human_and_endpoint(db, "ada")
     bob, _ = await human_and_endpoint(db, "bob")
@@ -185,12 +265,12 @@ async def test_a_bot_id_counts_for_the_scope_whose_connection_serves_that_accoun
     slack = services.providers.connection("slack")
     thread = slack_address()
     in_team = Origin.of(thread, EchoClues(bot_id="B0BOT"), slack)
-    assert await scopes_of(db, [owner.id, bob.id], in_team) == {owner.id}
+    assert await scopes_of([owner.id, bob.id], in_team) == {owner.id}
     # The same bot id in another workspace is not the bot of Ada's connection for T0TEST.
     elsewhere = Origin.of(slack_address(team="T0OTHER"), EchoClues(bot_id="B0BOT"), slack)
-    assert await scopes_of(db, [owner.id, bob.id], elsewhere) == set()
+    assert await scopes_of([owner.id, bob.id], elsewhere) == set()
     # Without the kind's account rule, a bot id matches nothing (the kind is not installed).
-    assert await scopes_of(db, [owner.id], Origin.of(thread, EchoClues(bot_id="B0BOT"))) == set()
+    assert await scopes_of([owner.id], Origin.of(thread, EchoClues(bot_id="B0BOT"))) == set()
 
 
 async def test_a_delivery_without_an_address_or_clues_is_nobodys_echo(
