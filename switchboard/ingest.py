@@ -22,7 +22,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -73,9 +73,6 @@ __all__ = [
     "setup",
 ]
 
-INGEST_LIMITER = web.AppKey("ingest_limiter", RateLimiter)
-INGEST_ADMISSION = web.AppKey("ingest_admission", Admission)
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -94,6 +91,8 @@ class Decision:
 # than that answers 503 (the sender retries).
 DECIDE_ATTEMPTS = 3
 
+INGEST_LIMITER = web.AppKey("ingest_limiter", RateLimiter)
+INGEST_ADMISSION = web.AppKey("ingest_admission", Admission)
 INGEST_WRITER = web.AppKey("ingest_writer", IngestWriter)
 INGEST_ECHO_READS = web.AppKey("ingest_echo_reads", SharedEchoReads)
 INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
@@ -454,14 +453,10 @@ def _delivery_keys(verdict: Verdict, delivery: Delivery, verified: bool) -> tupl
     key = delivery_key(verdict.delivery_key, body)
     if verdict.secondary_key:
         return key, delivery_key(verdict.secondary_key, b"")
-    if verified and verdict.delivery_key and _in_a_header(verdict.delivery_key, delivery.headers):
+    named = verdict.delivery_key.strip() if verdict.delivery_key else None
+    if verified and named is not None and any(v.strip() == named for v in delivery.headers.values()):
         return key, body_key(body)
     return key, None
-
-
-def _in_a_header(value: str, headers: Mapping[str, str]) -> bool:
-    value = value.strip()
-    return any(v.strip() == value for v in headers.values())
 
 
 async def _disposition(
