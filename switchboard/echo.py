@@ -212,6 +212,7 @@ class SharedEchoReads:
         return await check[2]
 
     async def _drain(self) -> None:
+        batch: list[_Check] = []
         try:
             while self._waiting:
                 batch = [c for c in self._waiting[: self.max_batch] if not c[2].done()]
@@ -230,8 +231,8 @@ class SharedEchoReads:
                     if not future.done():
                         future.set_result(found.get(n, frozenset()))
         finally:
-            # Stopped (the loop is closing): nobody waits for ever.
-            for _, _, future in self._waiting:
+            # Stopped (the loop is closing), even in the middle of a read: nobody waits for ever.
+            for _, _, future in [*batch, *self._waiting]:
                 if not future.done():
                     future.set_exception(DatabaseUnavailable("echo reads stopped"))
 

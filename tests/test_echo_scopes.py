@@ -189,7 +189,7 @@ async def test_checks_sharing_a_read_each_get_their_own_answer(db: Database, rep
     assert shared.reads == 1
 
 
-async def test_a_failed_shared_read_fails_each_of_its_checks_and_a_cancelled_one_is_skipped(
+async def test_a_failed_or_stopped_shared_read_answers_each_check_and_skips_a_cancelled_one(
     db: Database, replies: Replies, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ada, _ = await replies.record(GITHUB_THREAD, "1001")
@@ -212,6 +212,18 @@ async def test_a_failed_shared_read_fails_each_of_its_checks_and_a_cancelled_one
     gone.cancel()
     assert await echo_scopes(db, [ada], probe, shared) == {ada}
     assert gone.cancelled()
+
+    # Stopped in the middle of a read (the loop closing): its checks are answered, not left waiting.
+    async def stuck(steps: Any) -> Any:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(db, "read_steps", stuck)
+    waiting = [asyncio.ensure_future(echo_scopes(db, [ada], probe, shared)) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    assert shared._task is not None
+    shared._task.cancel()
+    answers = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 5)
+    assert all(isinstance(answer, DatabaseUnavailable) for answer in answers)
 
 
 async def test_replies_recorded_before_the_provider_was_kept_match_by_their_thread(
