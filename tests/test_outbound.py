@@ -3,6 +3,7 @@ followed, environment proxies are ignored, and a huge answer is cut off."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from collections.abc import AsyncIterator
@@ -235,6 +236,12 @@ async def test_a_timeout_after_sending_is_uncertain(fake: FakeProvider) -> None:
             await client.request("POST", f"{fake.base_url}/repos/a/b/issues/1/comments", json_body={})
     finally:
         await client.close()
+    # The request went out before the client gave up; on a loaded machine the stand-in may record
+    # it only after that, so wait for it (a bounded wait: a request never sent still fails).
+    for _ in range(100):
+        if fake.requests:
+            break
+        await asyncio.sleep(0.05)
     assert len(fake.requests) == 1
 
 
