@@ -85,9 +85,14 @@ def _bots(scopes: int) -> Select[tuple[str | None, str | None, str, Any]]:
 def _same_origin(scopes: int) -> tuple[ColumnElement[bool], ...]:
     return (
         _one_of(_REPLIES.owner_scope, "scope", scopes),
-        _REPLIES.thread_key == bindparam("thread"),
-        or_(_REPLIES.provider == bindparam("provider"), _REPLIES.provider.is_(None)),
+        *_thread_of(bindparam("thread"), bindparam("provider")),
     )
+
+
+def _thread_of(thread: ColumnElement[Any], provider: ColumnElement[Any]) -> tuple[ColumnElement[bool], ...]:
+    """A reply to this thread (the address's display) and provider; a row made before the
+    provider was kept has none, and its thread names the provider anyway."""
+    return _REPLIES.thread_key == thread, or_(_REPLIES.provider == provider, _REPLIES.provider.is_(None))
 
 
 @dataclass(frozen=True)
@@ -150,17 +155,20 @@ def echo_steps(
     if clues.marker:
         rows = yield _by_marker(len(scope_values)), {**same_origin, "marker": clues.marker}
         found.update(row.owner_scope for row in rows)
-    if clues.bot_id and origin.serves is not None:
+    serves = _bot_serves(origin)
+    if serves is not None:
         rows = yield _bots(len(scope_values)), {**scope_values, "provider": origin.provider}
         for row in rows:
             facts = (row.last_test or {}).get("facts") or {}
-            if facts.get("bot_id") == clues.bot_id and origin.serves(row.account_key):
+            if facts.get("bot_id") == clues.bot_id and serves(row.account_key):
                 found.add(row.owner_human_id or row.owner_team_id)
     return frozenset(found)
 
 
-def _bot_read(origin: Origin) -> bool:
-    return bool(origin.clues.bot_id) and origin.serves is not None
+def _bot_serves(origin: Origin) -> Callable[[str], bool] | None:
+    """The account rule a bot id is matched by; None when there is no bot read to make (no bot
+    id, or the kind is not installed)."""
+    return origin.serves if origin.clues.bot_id else None
 
 
 async def echo_scopes(
@@ -172,7 +180,7 @@ async def echo_scopes(
     if shared is None or origin is None or not wanted or not origin.clues.object_ids:
         return await db.read_steps(echo_steps(wanted, origin))
     by_object = await shared.found(wanted, origin)
-    if not origin.clues.marker and not _bot_read(origin):
+    if not origin.clues.marker and _bot_serves(origin) is None:
         return by_object
     return await db.read_steps(echo_steps(wanted, origin, by_object=by_object))
 
@@ -279,12 +287,7 @@ def _by_objects_of_checks(sqlite: bool) -> Select[tuple[int, str]]:
         rows = arrays.table_valued(*(column(name, kind) for name, kind in typed)).render_derived(name="given")
         n, object_id, scope, thread, provider = (rows.c[name] for name in _GIVEN)
     r = _REPLIES
-    matches = and_(
-        r.provider_object_id == object_id,
-        r.owner_scope == scope,
-        r.thread_key == thread,
-        or_(r.provider == provider, r.provider.is_(None)),
-    )
+    matches = and_(r.provider_object_id == object_id, r.owner_scope == scope, *_thread_of(thread, provider))
     return select(n.label("n"), r.owner_scope).select_from(rows).join(Reply.__table__, matches).distinct()
 
 
