@@ -47,18 +47,36 @@ def clean_line(text: object, limit: int) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
-# The value orjson last read from a request body in this task (``provider.json_object`` marks it).
-# A value orjson has just read holds only what JSON carries (no NaN: it refuses to read them; no
-# integer past 64 bits: ``json_object`` leaves those to the standard library), so orjson writes it
-# back exactly: ``storable_encoded`` of that very object skips the read-back check, a fifth of
-# ingest's JSON work (issue 12). A provider that edits the object in place keeps to JSON's values
-# (docs/plugins.md): one that put NaN into it would have it stored as null.
-_FRESH: ContextVar[Any] = ContextVar("switchboard_fresh_json", default=None)
+# The value orjson last read from a request body in this task (``provider.json_object`` marks it),
+# and whether it was then seen to nest at most ``MAX_PAYLOAD_DEPTH`` deep (``shallow``). A value
+# orjson has just read holds only what JSON carries (no NaN: it refuses to read them; no integer
+# past 64 bits: ``json_object`` leaves those to the standard library), so orjson writes it back
+# exactly: ``storable_encoded`` of that very object skips the read-back check, a fifth of ingest's
+# JSON work, and the depth check when it was already made (issue 12). A provider that edits the
+# object in place keeps to JSON's values and depth (docs/plugins.md): one that put NaN into it would
+# have it stored as null.
+_FRESH: ContextVar[tuple[Any, bool]] = ContextVar("switchboard_fresh_json", default=(None, False))
+# A line of orjson's two-space indented writing that starts this deep holds a value nested more
+# than ``MAX_PAYLOAD_DEPTH`` deep, or is the line of one (``_within``).
+_DEEP_LINE = b"\n" + b" " * (2 * MAX_PAYLOAD_DEPTH)
 
 
-def read_by_orjson(value: Any) -> None:
-    """Note ``value`` as just read from JSON text by orjson (``storable_encoded`` trusts it)."""
-    _FRESH.set(value)
+def read_by_orjson(value: Any, *, shallow: bool = False) -> None:
+    """Note ``value`` as just read from JSON text by orjson (``storable_encoded`` trusts it);
+    ``shallow``: ``sanitize.shallow(value)`` was found true."""
+    _FRESH.set((value, shallow))
+
+
+def shallow(value: Any) -> bool:
+    """Whether ``value``, a structure of JSON's values, surely nests at most ``MAX_PAYLOAD_DEPTH``
+    deep, judged from orjson's indented writing alone (``_within``). False: it may nest deeper,
+    or orjson cannot write it (it refuses 255 levels and more)."""
+    if not isinstance(value, dict | list):
+        return True
+    try:
+        return _DEEP_LINE not in orjson.dumps(value, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
+    except orjson.JSONEncodeError:
+        return False
 
 
 def storable(payload: Any) -> Any:
@@ -130,9 +148,10 @@ def _orjson_encoded(payload: Any) -> bytes | None:
         encoded = orjson.dumps(payload, option=ORJSON_REFUSES)
     except orjson.JSONEncodeError:
         return None
-    if not _within(payload, encoded, MAX_PAYLOAD_DEPTH):
+    fresh, seen_shallow = _FRESH.get()
+    if not (payload is fresh and seen_shallow) and not _within(payload, encoded, MAX_PAYLOAD_DEPTH):
         return None
-    if payload is _FRESH.get():
+    if payload is fresh:
         return encoded
     try:
         same = orjson.loads(encoded) == payload

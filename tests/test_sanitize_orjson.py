@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from switchboard.provider import json_object
 from switchboard.sanitize import (
+    _FRESH,
     MAX_PAYLOAD_DEPTH,
     NOT_FINITE,
     TOO_DEEP,
@@ -102,6 +103,11 @@ def _nested(depth: int, inner: str = "1") -> str:
         _nested(1000).encode(),
         _nested(700).encode(),
         _nested(400).encode(),
+        _nested(300).encode(),
+        _nested(255).encode(),
+        _nested(MAX_PAYLOAD_DEPTH + 1).encode(),
+        _nested(MAX_PAYLOAD_DEPTH).encode(),
+        ("[" + ",".join(['{"a":[1]}'] * 1000) + "]").encode(),
         ("[" + ",".join(["{}"] * 600) + "]").encode(),
         b'[{"not": "an object"}]',
         b'{"bad": "\xff"}',
@@ -170,6 +176,30 @@ def test_a_payload_just_read_is_still_kept_as_text_when_too_deep(depth: int) -> 
     value = json_object(_nested(depth).encode())
     kept, _ = storable_encoded(value)
     assert (kept.get("kept_as_text") == TOO_DEEP) is (depth > MAX_PAYLOAD_DEPTH)
+
+
+@pytest.mark.parametrize("depth", [1, MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_DEPTH + 1, 254, 255, 300, 499])
+def test_a_body_just_read_is_stored_by_its_depth(depth: int) -> None:
+    """Whether the reader judged its depth (orjson's writing refuses 255 levels) or left it to
+    ``storable_encoded``, a payload within the limit is stored as it came and a deeper one as text."""
+    body = _nested(depth).encode()
+    value = json_object(body)
+    kept, encoded = storable_encoded(value)
+    if depth <= MAX_PAYLOAD_DEPTH:
+        assert kept is value and encoded == encode_payload(json.loads(body))
+    else:
+        assert kept["kept_as_text"] == TOO_DEEP and json.loads(kept["body"]) == json.loads(body)
+
+
+def test_a_wide_shallow_body_is_read_by_orjson_however_many_brackets_it_has() -> None:
+    """Two thousand brackets, three levels: read by orjson (noted as such, so it is stored without
+    being read back) and equal to the standard library's reading."""
+    body = ('{"items":[' + ",".join(['{"a":[1]}'] * 1000) + "]}").encode()
+    value = json_object(body)
+    assert _FRESH.get() == (value, True)
+    assert value == json.loads(body)
+    kept, encoded = storable_encoded(value)
+    assert kept is value and encoded == encode_payload(value)
 
 
 def test_real_payloads_just_read_are_stored_as_the_standard_library_writes_them() -> None:
