@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from switchboard import config_changes
 from switchboard.db import Database, utcnow
 from switchboard.direct import Steps
 from switchboard.models import Endpoint, Route, Webhook
-from switchboard.tenancy import endpoint_is_live, webhook_secret
+from switchboard.tenancy import webhook_secret
 from switchboard.vault import Vault
 
 log = logging.getLogger("switchboard.ingest")
@@ -96,9 +97,21 @@ class WebhookConfig:
     # The signing secret once opened (``signing_secret``), by nobody but this configuration.
     _opened: list[str | None] = field(default_factory=list, repr=False)
 
-    @property
+    # Read per delivery, from plain attributes: the rows never change, and each read of an ORM
+    # attribute goes through its descriptor (several dozen a delivery, issue 12).
+    @functools.cached_property
     def id(self) -> str:
         return self.webhook.id
+
+    @functools.cached_property
+    def _granted(self) -> tuple[tuple[Target, datetime | None], ...]:
+        """The endpoints that are active and granted the webhook's queue, each with its expiry."""
+        queue = self.webhook.queue
+        return tuple(
+            (Target(e.id, e.slug, e.owner_human_id or e.owner_team_id or ""), e.expires_at)
+            for e in (self.owner, *self.routed)
+            if e.state == "active" and queue in e.queues
+        )
 
     def signing_secret(self, vault: Vault) -> str | None:
         """The webhook's signing secret, opened from its sealed column once per configuration.
@@ -115,12 +128,8 @@ class WebhookConfig:
         """The owner endpoint first, then the routes in the order they were added; live ones
         granted the webhook's queue only. Expiry is judged at ``now``, never cached."""
         now = now or utcnow()
-        queue = self.webhook.queue
-        return [
-            Target(e.id, e.slug, e.owner_human_id or e.owner_team_id or "")
-            for e in (self.owner, *self.routed)
-            if endpoint_is_live(e, now) and queue in e.queues
-        ]
+        # As ``tenancy.endpoint_is_live``: active (``_granted``) and not expired.
+        return [target for target, expires_at in self._granted if expires_at is None or expires_at > now]
 
 
 def _config(webhook: Webhook, owner: Endpoint, routed: list[Endpoint]) -> WebhookConfig:

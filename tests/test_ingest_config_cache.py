@@ -4,7 +4,9 @@ engines), or by another ``switchboard serve`` process (PostgreSQL)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -13,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import update
 
 from switchboard import tenancy
+from switchboard.db import utcnow
 from switchboard.ingest import INGEST_CONFIGS
 from switchboard.models import Endpoint
 from switchboard.services import Services
@@ -155,6 +158,29 @@ async def test_the_signing_secret_is_opened_once_per_configuration(
         assert status == 503 and answer["error"] == "unavailable"
     monkeypatch.setattr(vault, "open", counting_open)
     assert (await _github(base_url, token, newest))[0] == 202
+
+
+async def test_an_endpoint_that_expires_while_cached_gets_no_more_todos(
+    services: Services, server: TestServer, base_url: str
+) -> None:
+    """Expiry is judged at each delivery, not when the configuration was cached: nothing about the
+    rows changes when an endpoint's time runs out."""
+    token, secret, webhook_id = await make_webhook(services, "github")
+    assert secret is not None
+    await _second_endpoint(services, "ada-brief")
+    await tenancy.add_route(services.db, webhook_id, "ada-brief")
+    expires = utcnow() + timedelta(seconds=1.5)
+    async with services.db.write() as s:
+        await s.execute(update(Endpoint).where(Endpoint.slug == "ada-brief").values(expires_at=expires))
+    cache = server.app[INGEST_CONFIGS]
+    status, answer = await _github(base_url, token, secret)
+    assert status == 202 and _endpoints(answer) == ["ada-agent", "ada-brief"]
+    reads = cache.reads
+    await asyncio.sleep(max(0.0, (expires - utcnow()).total_seconds()) + 0.1)
+    status, answer = await _github(base_url, token, secret)
+    assert status == 202 and _endpoints(answer) == ["ada-agent"]
+    # (On PostgreSQL the LISTEN connection opening may have emptied the cache once in between.)
+    assert cache.reads - reads <= 1
 
 
 async def test_a_refusal_decided_on_a_cached_copy_is_decided_again_on_the_rows(
