@@ -3,6 +3,7 @@ path is shortened, in any message, traceback or HTTP-parser error, by either for
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
@@ -63,3 +64,63 @@ def test_the_log_filter_redacts_tokens_in_any_message_and_traceback() -> None:
     for formatter in (logging.Formatter(), JsonFormatter()):
         text = formatter.format(record)
         assert TOKEN not in text and "RuntimeError" in text
+
+
+def test_the_time_of_a_line_reads_as_the_standard_formatters_every_second() -> None:
+    """The time's text is made once a second (``logs._Formatter``): each line still shows its own
+    second and milliseconds, in both formats, as the standard formatter writes them."""
+    from switchboard.logs import _Formatter
+
+    plain, standard, as_json = _Formatter("%(asctime)s %(message)s"), logging.Formatter(), JsonFormatter()
+    for created in (1_800_000_000.25, 1_800_000_000.75, 1_800_000_001.5, 1_800_000_000.125):
+        record = logging.LogRecord("switchboard.x", logging.INFO, __file__, 1, "m %s%%", ("x",), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert plain.formatTime(record) == standard.formatTime(record)
+        assert plain.format(record) == f"{standard.formatTime(record)} m x%"
+        fmt = "%Y-%m-%dT%H:%M:%S"
+        assert json.loads(as_json.format(record))["ts"] == standard.formatTime(record, fmt)
+
+
+def test_a_filtered_record_keeps_its_message_formatted_once() -> None:
+    record = logging.LogRecord(
+        "switchboard.x",
+        logging.INFO,
+        __file__,
+        1,
+        "posting %s to %s (100%%)",
+        ("x", f"/webhooks/{TOKEN}"),
+        None,
+    )
+    assert RedactingFilter().filter(record)
+    assert record.args is None and record.getMessage() == f"posting x to /webhooks/{TOKEN[:8]}… (100%)"
+
+
+async def test_an_access_line_is_written_as_the_request_was_with_the_token_shortened() -> None:
+    """Made whole by the access logger: a ``%`` in the path stays, and the token is shortened even
+    where no ``RedactingFilter`` is installed (a test's or an embedding application's handler)."""
+    from aiohttp.test_utils import make_mocked_request
+    from aiohttp.web import Response
+
+    from switchboard.logs import ACCESS_NOTE, RedactingAccessLogger
+
+    logger, lines = logging.getLogger("switchboard.test_access"), []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        access = RedactingAccessLogger(logger, "")
+        assert access.enabled
+        request = make_mocked_request("POST", f"/webhooks/{TOKEN}%25s?x=%d")
+        request[ACCESS_NOTE] = "webhook=wh_1 event=100%"
+        access.log(request, Response(status=202), 0.0015)
+        logger.setLevel(logging.WARNING)
+        assert not RedactingAccessLogger(logger, "").enabled
+    finally:
+        logger.removeHandler(handler)
+    [line] = lines
+    assert TOKEN not in line and f'"POST /webhooks/{TOKEN[:8]}…" 202 1.5ms webhook=wh_1 event=100%' in line
