@@ -41,7 +41,9 @@ log = logging.getLogger("switchboard.echo")
 # delivery that carries a comment id, and through a session that read cost more than the rest of
 # the delivery's storing (issue 12). A direct statement is compiled once, so its lists of values
 # are placeholders of fixed length: each list is padded (repeating its last value, which matches
-# nothing new) to the next power of two, so a handful of statements serve every length.
+# nothing new) to the next power of two, so a handful of statements serve every length. The
+# object-id read takes its values as arrays (or JSON) instead: one statement for any number of
+# checks (``_by_objects_of_checks``).
 _REPLIES = Reply.__table__.c
 _CONNECTIONS = Connection.__table__.c
 
@@ -54,17 +56,6 @@ def _padded(name: str, values: Sequence[str]) -> dict[str, str]:
 
 def _one_of(column: ColumnElement[Any], name: str, count: int) -> ColumnElement[bool]:
     return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
-
-
-@functools.cache
-def _by_object(scopes: int, object_ids: int) -> Select[tuple[str]]:
-    """Replies of the wanted scopes, same thread and provider (rows made before the provider was
-    kept have none; their thread names it anyway), with one of the delivery's object ids."""
-    return (
-        select(_REPLIES.owner_scope)
-        .where(_one_of(_REPLIES.provider_object_id, "object_id", object_ids), *_same_origin(scopes))
-        .distinct()
-    )
 
 
 @functools.cache
@@ -129,7 +120,7 @@ def has_clues(clues: EchoClues | None) -> bool:
 
 
 def echo_steps(
-    scopes: Iterable[str], origin: Origin | None, *, by_object: frozenset[str] | None = None
+    scopes: Iterable[str], origin: Origin | None, sqlite: bool, *, by_object: frozenset[str] | None = None
 ) -> Steps[frozenset[str]]:
     """The scopes, among ``scopes``, for which the delivery is their own reply coming back (the
     reads, as ``direct.Steps``; ``echo_scopes`` runs them).
@@ -137,7 +128,8 @@ def echo_steps(
     A scope matches when one of its replies to the same provider and thread has the delivery's
     object id, or is the reply the delivery's marker names, or when the delivery's bot is the bot a
     connection of that scope, of that provider and serving that address, recorded in its test.
-    ``by_object``: what the object-id read found, when it was made already (``SharedEchoReads``).
+    The object-id read is ``SharedEchoReads``' statement, for this one check (``sqlite``: which
+    form it takes); ``by_object``: what it found, when it was made already, shared.
     """
     wanted = list(dict.fromkeys(scopes))
     if origin is None or not wanted or not has_clues(origin.clues):
@@ -148,10 +140,7 @@ def echo_steps(
     if by_object is not None:
         found.update(by_object)
     elif clues.object_ids:
-        ids = list(dict.fromkeys(clues.object_ids))
-        statement = _by_object(len(scope_values), len(_padded("object_id", ids)))
-        rows = yield statement, {**same_origin, **_padded("object_id", ids)}
-        found.update(row.owner_scope for row in rows)
+        found.update((yield from _by_objects_steps([(wanted, origin)], sqlite)).get(0, ()))
     if clues.marker:
         rows = yield _by_marker(len(scope_values)), {**same_origin, "marker": clues.marker}
         found.update(row.owner_scope for row in rows)
@@ -178,11 +167,11 @@ async def echo_scopes(
     the other checks waiting at the time (the marker and bot reads, rare, are made alone)."""
     wanted = list(dict.fromkeys(scopes))
     if shared is None or origin is None or not wanted or not origin.clues.object_ids:
-        return await db.read_steps(echo_steps(wanted, origin))
+        return await db.read_steps(echo_steps(wanted, origin, db.is_sqlite))
     by_object = await shared.found(wanted, origin)
     if not origin.clues.marker and _bot_serves(origin) is None:
         return by_object
-    return await db.read_steps(echo_steps(wanted, origin, by_object=by_object))
+    return await db.read_steps(echo_steps(wanted, origin, db.is_sqlite, by_object=by_object))
 
 
 # One check of ``SharedEchoReads``: its scopes, its origin and the future its answer goes to.
@@ -228,8 +217,9 @@ class SharedEchoReads:
                 if not batch:
                     continue
                 self.reads += 1
+                checks = [(scopes, origin) for scopes, origin, _ in batch]
                 try:
-                    found = await self.db.read_steps(_shared_steps(batch, self.db.is_sqlite))
+                    found = await self.db.read_steps(_by_objects_steps(checks, self.db.is_sqlite))
                 except Exception as exc:
                     for _, _, future in batch:
                         if not future.done():
@@ -245,11 +235,14 @@ class SharedEchoReads:
                     future.set_exception(DatabaseUnavailable("echo reads stopped"))
 
 
-def _shared_steps(batch: list[_Check], sqlite: bool) -> Steps[dict[int, frozenset[str]]]:
-    """One read for every (object id, scope) pair of every check, numbered by check."""
+def _by_objects_steps(
+    checks: Sequence[tuple[list[str], Origin]], sqlite: bool
+) -> Steps[dict[int, frozenset[str]]]:
+    """One read for every (object id, scope) pair of every check (its scopes and its origin): the
+    scopes each check found, by its place in ``checks``."""
     given = [
         (n, object_id, scope, origin.thread, origin.provider)
-        for n, (scopes, origin, _) in enumerate(batch)
+        for n, (scopes, origin) in enumerate(checks)
         for object_id in dict.fromkeys(origin.clues.object_ids)
         for scope in scopes
     ]
@@ -269,9 +262,10 @@ _GIVEN = ("n", "object_id", "scope", "thread", "provider")
 
 @functools.cache
 def _by_objects_of_checks(sqlite: bool) -> Select[tuple[int, str]]:
-    """``_by_object`` for many checks at once: the given (check, object id, scope, thread,
-    provider) rows joined to the replies they match. PostgreSQL takes them as one array per column
-    (``unnest``), SQLite as one JSON array of rows (``json_each``): one statement text either way."""
+    """The replies with one of a delivery's object ids, for many checks at once (or one alone):
+    the given (check, object id, scope, thread, provider) rows joined to the replies they match.
+    PostgreSQL takes them as one array per column (``unnest``), SQLite as one JSON array of rows
+    (``json_each``): one statement text either way."""
     if sqlite:
         table = func.json_each(bindparam("given", type_=String())).table_valued("value")
         rows = table.alias("given")
