@@ -68,7 +68,7 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-class _Formatter(logging.Formatter):
+class _TimeCachingFormatter(logging.Formatter):
     """``logging.Formatter``, with the time's text made once a second rather than once a line
     (every request writes an access line: issue 12)."""
 
@@ -86,7 +86,7 @@ class _Formatter(logging.Formatter):
         return self.default_msec_format % (text, record.msecs)
 
 
-class JsonFormatter(_Formatter):
+class JsonFormatter(_TimeCachingFormatter):
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
@@ -105,9 +105,8 @@ class JsonFormatter(_Formatter):
 def configure_logging(level: int, as_json: bool = False) -> None:
     handler = logging.StreamHandler()
     handler.addFilter(RedactingFilter())
-    handler.setFormatter(
-        JsonFormatter() if as_json else _Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    plain = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(JsonFormatter() if as_json else _TimeCachingFormatter(plain))
     # No format here names the calling function, file or line: finding them walked the caller's
     # frames for every record (the logging module's own documented optimisation).
     logging._srcfile = None

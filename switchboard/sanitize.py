@@ -56,9 +56,6 @@ def clean_line(text: object, limit: int) -> str:
 # object in place keeps to JSON's values and depth (docs/plugins.md): one that put NaN into it would
 # have it stored as null.
 _FRESH: ContextVar[tuple[Any, bool]] = ContextVar("switchboard_fresh_json", default=(None, False))
-# A line of orjson's two-space indented writing that starts this deep holds a value nested more
-# than ``MAX_PAYLOAD_DEPTH`` deep, or is the line of one (``_within``).
-_DEEP_LINE = b"\n" + b" " * (2 * MAX_PAYLOAD_DEPTH)
 
 
 def read_by_orjson(value: Any, *, shallow: bool = False) -> None:
@@ -69,14 +66,9 @@ def read_by_orjson(value: Any, *, shallow: bool = False) -> None:
 
 def shallow(value: Any) -> bool:
     """Whether ``value``, a structure of JSON's values, surely nests at most ``MAX_PAYLOAD_DEPTH``
-    deep, judged from orjson's indented writing alone (``_within``). False: it may nest deeper,
+    deep, judged from orjson's indented writing alone (``_indented_within``). False: it may nest deeper,
     or orjson cannot write it (it refuses 255 levels and more)."""
-    if not isinstance(value, dict | list):
-        return True
-    try:
-        return _DEEP_LINE not in orjson.dumps(value, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
-    except orjson.JSONEncodeError:
-        return False
+    return not isinstance(value, dict | list) or _indented_within(value, MAX_PAYLOAD_DEPTH)
 
 
 def storable(payload: Any) -> Any:
@@ -162,19 +154,26 @@ def _orjson_encoded(payload: Any) -> bytes | None:
 
 def _within(payload: dict[Any, Any] | list[Any], encoded: bytes, limit: int) -> bool:
     """Whether ``payload`` (which orjson wrote compactly as ``encoded``) nests at most ``limit``
-    (1 or more) deep.
+    (1 or more) deep: ``_indented_within`` first, and a payload that has such a line (nesting
+    ``limit`` deep, or close) judged by ``_nests_deeper``."""
+    return _indented_within(payload, limit) or not _nests_deeper(encoded, limit)
 
-    Written by orjson with two spaces of indent per level, a value inside n open arrays and objects
-    starts its line with 2n spaces, and a string never holds a raw line break (JSON escapes it). So
-    the bracket that opens level ``limit + 1`` starts, or follows the key of, a line indented by
-    ``2 * limit`` spaces: without such a line the payload is within the limit. Writing it again
+
+def _indented_within(value: dict[Any, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` surely nests at most ``limit`` deep, from orjson's indented writing.
+
+    Written with two spaces of indent per level, a value inside n open arrays and objects starts
+    its line with 2n spaces, and a string never holds a raw line break (JSON escapes it). So the
+    bracket that opens level ``limit + 1`` starts, or follows the key of, a line indented by
+    ``2 * limit`` spaces: without such a line the value is within the limit. Writing it again
     indented and searching it took 10 µs where ``_nests_deeper`` took 24 on a 28 KB GitHub payload
-    (issue 12); a payload that has such a line (nesting ``limit`` deep, or close) is judged by
-    ``_nests_deeper``."""
-    indented = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
-    if b"\n" + b" " * (2 * limit) not in indented:
-        return True
-    return not _nests_deeper(encoded, limit)
+    (issue 12). False when there is such a line, or when orjson cannot write the value (it refuses
+    255 levels and more)."""
+    try:
+        indented = orjson.dumps(value, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
+    except orjson.JSONEncodeError:
+        return False
+    return b"\n" + b" " * (2 * limit) not in indented
 
 
 # For ``_nests_deeper``: every bracket kept (as ``{`` / ``}``), and quotes; everything else deleted.

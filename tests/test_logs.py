@@ -67,11 +67,12 @@ def test_the_log_filter_redacts_tokens_in_any_message_and_traceback() -> None:
 
 
 def test_the_time_of_a_line_reads_as_the_standard_formatters_every_second() -> None:
-    """The time's text is made once a second (``logs._Formatter``): each line still shows its own
+    """The time's text is made once a second (``logs._TimeCachingFormatter``): each line still shows its own
     second and milliseconds, in both formats, as the standard formatter writes them."""
-    from switchboard.logs import _Formatter
+    from switchboard.logs import _TimeCachingFormatter
 
-    plain, standard, as_json = _Formatter("%(asctime)s %(message)s"), logging.Formatter(), JsonFormatter()
+    plain, standard = _TimeCachingFormatter("%(asctime)s %(message)s"), logging.Formatter()
+    as_json = JsonFormatter()
     for created in (1_800_000_000.25, 1_800_000_000.75, 1_800_000_001.5, 1_800_000_000.125):
         record = logging.LogRecord("switchboard.x", logging.INFO, __file__, 1, "m %s%%", ("x",), None)
         record.created, record.msecs = created, (created - int(created)) * 1000
