@@ -33,9 +33,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from switchboard import db as db_mod
 from switchboard import plugins, tenancy
 from switchboard.db import Database, utcnow
+from switchboard.migrate import upgrade_async
 from switchboard.models import Endpoint
 from switchboard.services import Services
 from switchboard.settings import Settings
@@ -128,7 +128,7 @@ async def private_database(engine: str, *, migrate: bool = True) -> AsyncIterato
         if engine == "sqlite":
             url = f"sqlite+aiosqlite:///{directory / 'switchboard.db'}"
             if migrate:
-                await db_mod.upgrade_async(url)
+                await upgrade_async(url)
             yield BenchDatabase(engine, url, directory)
             return
         name = f"sbbench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -137,7 +137,7 @@ async def private_database(engine: str, *, migrate: bool = True) -> AsyncIterato
         try:
             url = admin.set(database=name).render_as_string(hide_password=False)
             if migrate:
-                await db_mod.upgrade_async(url)
+                await upgrade_async(url)
             yield BenchDatabase(engine, url, directory)
         finally:
             await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -62,7 +62,7 @@ from bench.common import (
 )
 from bench.pgcluster import private_cluster
 from bench.senders import Signed, github_headers, signed_bodies
-from switchboard import db as db_mod
+from switchboard import migrate
 from switchboard.db import Database
 
 RETRY_PAUSE = 0.05
@@ -267,7 +267,7 @@ async def database_kills(args: Any, report: Report) -> None:
     with tempfile.TemporaryDirectory(prefix="sbbench-") as tmp:
         async with private_cluster() as cluster:
             bench_db = BenchDatabase("postgresql", cluster.url, Path(tmp))
-            await db_mod.upgrade_async(cluster.url)
+            await migrate.upgrade_async(cluster.url)
             key = new_key()
             token, secret = await tenant_of(bench_db, key)
             port = free_port()

@@ -20,6 +20,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, quarantine, reply, reseal, todos
 from switchboard import web as web_ui
+from switchboard.checkpoints import Checkpointer
 from switchboard.db import is_unavailable
 from switchboard.services import SERVICES, Services, build_services, services_of
 
@@ -109,12 +110,19 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """The process's guarded outbound client, rule sandbox and database pool, closed on shutdown."""
+    """The process's guarded outbound client, SQLite checkpoints, rule sandbox and database pool,
+    closed on shutdown."""
     services = app[SERVICES]
     # A test (or an embedding) may install its own client first; only close what we made.
     made = services.outbound is None
     client = outbound.client_of(services)
+    # SQLite: the WAL is copied back into the file beside the writer, not in its turn (checkpoints).
+    checkpointer = Checkpointer(services.db) if services.db.sqlite_file is not None else None
+    if checkpointer is not None:
+        checkpointer.start()
     yield
+    if checkpointer is not None:
+        await checkpointer.close()
     if made:
         await client.close()
         services.outbound = None

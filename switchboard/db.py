@@ -39,8 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
@@ -62,11 +61,6 @@ from switchboard.direct import Combiner, Outcome, Prepared, Steps, drive, drive_
 from switchboard.direct import PostgreSQLRun as PostgreSQLRun
 from switchboard.direct import SQLiteRun as SQLiteRun
 
-if TYPE_CHECKING:
-    # Only for the annotation: importing alembic takes ~0.15 s and only migrations need it.
-    from alembic.config import Config
-
-MIGRATIONS = Path(__file__).parent / "migrations"
 # A pooled PostgreSQL connection is replaced after this long, so one silently cut by a firewall or
 # a proxy's idle timeout does not live forever (no ping finds it).
 PG_POOL_RECYCLE_SECONDS = 1800
@@ -163,6 +157,10 @@ T = TypeVar("T")
 class Database:
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
+        # SQLite: the database file (None in memory), and the writer's ``wal_autocheckpoint``; both
+        # for ``checkpoints``, which copies the WAL's pages on a connection of its own.
+        self.sqlite_file: str | None = None
+        self.sqlite_wal_bound = 1000
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         kwargs: dict[str, Any] = {"echo": echo}
@@ -179,8 +177,9 @@ class Database:
             if in_memory:
                 self._writer = self.engine
             else:
+                self.sqlite_file = parsed.database
                 self._writer = create_async_engine(url, pool_size=1, max_overflow=0, **kwargs)
-            _configure_sqlite(self._writer, query_only=False)
+            _configure_sqlite(self._writer, query_only=False, wal_bound=lambda: self.sqlite_wal_bound)
             if self._writer is not self.engine:
                 _configure_sqlite(self.engine, query_only=True)
         else:
@@ -229,6 +228,8 @@ class Database:
         self._prepared: dict[ClauseElement, Prepared] = {}
         # Called with (SQL, arguments) before each direct statement runs, e.g. to EXPLAIN one.
         self.statement_taps: list[Callable[[str, Sequence[Any]], None]] = []
+        # SQLite: called after each turn of the writer (``checkpoints`` hears of new WAL pages).
+        self.write_taps: list[Callable[[], None]] = []
         # SQLite: the writer's aiosqlite connection, once a direct write has looked it up. Forgotten
         # whenever the pool closes, invalidates or detaches a connection, so a disposed or replaced
         # writer is looked up again instead of used.
@@ -294,6 +295,8 @@ class Database:
             if self.is_sqlite:
                 async with self._lock():
                     yield
+                for tap in self.write_taps:
+                    tap()
             else:
                 yield
         finally:
@@ -349,6 +352,17 @@ class Database:
 
     async def _sqlite_writes(self, _key: None, works: list[Callable[[SQLiteRun], Any]]) -> list[Outcome]:
         """One batch of direct writes, in one turn of the writer (the lock ``write()`` takes)."""
+        outcomes: list[Outcome] = await self.on_sqlite_writer(
+            functools.partial(self._sqlite_batch, works=works)
+        )
+        for tap in self.write_taps:
+            tap()
+        return outcomes
+
+    async def on_sqlite_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """SQLite: ``work(connection)`` on the writer connection's thread, in the writer's turn,
+        outside any transaction (``work`` opens its own, or runs what cannot run inside one, such
+        as a checkpoint). Its result, or its exception, comes back here."""
         async with self._lock():
             if self._sqlite_driver is None:
                 # A checkout opens the writer if the pool has none yet (with its pragmas). Nobody
@@ -359,14 +373,14 @@ class Database:
             try:
                 # aiosqlite's own queue to its thread (SQLAlchemy's aiosqlite dialect uses it the
                 # same way to set the isolation level): one callable run there, its result back.
-                outcomes: list[Outcome] = await driver._execute(self._sqlite_batch, driver._conn, works)
+                done: T = await driver._execute(work, driver._conn)
             except ValueError as exc:
                 if str(exc).lower() not in ("no active connection", "connection closed"):
                     raise
                 # aiosqlite's "the connection is closed": unavailable, as SQLAlchemy answers it.
                 self._sqlite_driver = None
                 raise OperationalError("BEGIN IMMEDIATE", (), exc) from exc
-            return outcomes
+            return done
 
     def _sqlite_batch(
         self, conn: sqlite3.Connection, works: list[Callable[[SQLiteRun], Any]]
@@ -543,7 +557,9 @@ class Database:
             await self._keyed.dispose()
 
 
-def _configure_sqlite(engine: AsyncEngine, *, query_only: bool) -> None:
+def _configure_sqlite(
+    engine: AsyncEngine, *, query_only: bool, wal_bound: Callable[[], int] | None = None
+) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: object) -> None:
         # Any: this is sqlite3's connection, whose isolation_level the DB-API protocol type lacks.
@@ -556,6 +572,8 @@ def _configure_sqlite(engine: AsyncEngine, *, query_only: bool) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         if query_only:
             cursor.execute("PRAGMA query_only=ON")
+        elif wal_bound is not None:
+            cursor.execute(f"PRAGMA wal_autocheckpoint={int(wal_bound())}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -572,23 +590,3 @@ def _configure_postgresql(engine: AsyncEngine) -> None:
         raw = getattr(dbapi_connection, "_connection", None)
         if raw is not None and raw.is_closed():
             raise DisconnectionError("the server closed this pooled connection")
-
-
-def alembic_config(url: str) -> Config:
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return cfg
-
-
-def upgrade(url: str, revision: str = "head") -> None:
-    """Run migrations up to ``revision`` (synchronous; call from a thread inside an event loop)."""
-    from alembic import command
-
-    command.upgrade(alembic_config(url), revision)
-
-
-async def upgrade_async(url: str) -> None:
-    await asyncio.to_thread(upgrade, url)

@@ -18,8 +18,7 @@ from alembic import command
 from click.testing import CliRunner, Result
 from sqlalchemy import bindparam, select, text
 
-from switchboard import db as db_mod
-from switchboard import tenancy
+from switchboard import migrate, tenancy
 from switchboard.api import PREFIX
 from switchboard.cli import main
 from switchboard.db import Database, utcnow
@@ -687,7 +686,7 @@ async def test_a_login_racing_a_rotation_does_not_outlive_it(
 
 
 async def test_sessions_open_at_upgrade_get_a_name_and_a_last_seen(database_url: str) -> None:
-    config = db_mod.alembic_config(database_url)
+    config = migrate.alembic_config(database_url)
     await asyncio.to_thread(command.downgrade, config, "0001")
     database = Database(database_url)
     now = bindparam("now", utcnow(), type_=UTCDateTime())
@@ -710,7 +709,7 @@ async def test_sessions_open_at_upgrade_get_a_name_and_a_last_seen(database_url:
                 )
     finally:
         await database.dispose()
-    await db_mod.upgrade_async(database_url)
+    await migrate.upgrade_async(database_url)
     database = Database(database_url)
     try:
         async with database.read() as s:

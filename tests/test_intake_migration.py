@@ -8,7 +8,7 @@ import asyncio
 from alembic import command
 from sqlalchemy import select, update
 
-from switchboard import db as db_mod
+from switchboard import migrate
 from switchboard.db import Database, utcnow
 from switchboard.ids import new_id
 from switchboard.intake import HOLD_QUEUE, HOLD_TTL
@@ -19,7 +19,7 @@ from switchboard.todos import new_todo_row
 
 
 def _to(database_url: str, revision: str, *, down: bool) -> None:
-    config = db_mod.alembic_config(database_url)
+    config = migrate.alembic_config(database_url)
     (command.downgrade if down else command.upgrade)(config, revision)
 
 

@@ -11,7 +11,7 @@ import pytest
 from alembic import command
 from sqlalchemy import select, text
 
-from switchboard import db as db_mod
+from switchboard import migrate
 from switchboard.db import Database
 from switchboard.models import Todo
 from switchboard.testing import add_todo, vend
@@ -22,7 +22,7 @@ PAYLOAD = {"text": "a pull request body that says the same thing again " * 600}
 
 
 def _to(database_url: str, revision: str, *, down: bool) -> None:
-    config = db_mod.alembic_config(database_url)
+    config = migrate.alembic_config(database_url)
     (command.downgrade if down else command.upgrade)(config, revision)
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from switchboard import db as db_mod
-from switchboard import tenancy
+from switchboard import migrate, tenancy
 from switchboard.db import Database
 from switchboard.testing import ServeProcesses, github_headers
 
@@ -73,7 +72,7 @@ async def test_serve_at_debug_without_a_key_logs_no_secret(
     escaped by luck, as memoryview reprs."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
     # upgrade() runs its own event loop, so it gets a thread of its own.
-    await asyncio.to_thread(db_mod.upgrade, url)
+    await asyncio.to_thread(migrate.upgrade, url)
     database = Database(url)
     try:
         human_token = (await tenancy.add_human(database, "ada"))[1]

@@ -11,8 +11,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from switchboard import db as db_mod
-from switchboard import tenancy
+from switchboard import migrate, tenancy
 from switchboard.app import make_app
 from switchboard.db import Database, utcnow
 from switchboard.models import Base
@@ -34,17 +33,17 @@ async def test_migrations_produce_exactly_the_models(database_url: str) -> None:
             assert await conn.run_sync(_diff) == []
             version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
         # The newest migration, whichever that is: every revision is applied.
-        head = ScriptDirectory.from_config(db_mod.alembic_config(database_url)).get_current_head()
+        head = ScriptDirectory.from_config(migrate.alembic_config(database_url)).get_current_head()
         assert version == head
     finally:
         await database.dispose()
 
 
 async def test_downgrade_and_upgrade_again(database_url: str) -> None:
-    await db_mod.upgrade_async(database_url)  # already at head: a no-op
+    await migrate.upgrade_async(database_url)  # already at head: a no-op
     await __import__("asyncio").to_thread(
         lambda: __import__("alembic.command", fromlist=["downgrade"]).downgrade(
-            db_mod.alembic_config(database_url), "base"
+            migrate.alembic_config(database_url), "base"
         )
     )
     database = Database(database_url)
@@ -54,7 +53,7 @@ async def test_downgrade_and_upgrade_again(database_url: str) -> None:
         assert set(tables) <= {"alembic_version"}
     finally:
         await database.dispose()
-    await db_mod.upgrade_async(database_url)
+    await migrate.upgrade_async(database_url)
 
 
 async def test_owner_scope_is_exactly_one_human_or_team(db: Database) -> None:

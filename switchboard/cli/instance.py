@@ -12,7 +12,7 @@ import click
 from aiohttp import web
 from sqlalchemy.engine import make_url
 
-from switchboard import db, reseal
+from switchboard import migrate, reseal
 from switchboard.cli.group import main
 from switchboard.cli.output import emit, fail, json_option, settings_or_exit
 from switchboard.cli.runner import do
@@ -55,7 +55,7 @@ def _upgrade(database_url: str, *, logged: bool = False) -> None:
     elif warning is not None:
         click.echo(warning, err=True)
     try:
-        db.upgrade(database_url)
+        migrate.upgrade(database_url)
     except Exception as exc:
         fail(f"unavailable: cannot migrate the database ({type(exc).__name__}: {str(exc)[:200]})")
 

@@ -28,7 +28,7 @@ def _run(connection: Connection) -> None:
 async def _run_async() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
     if url is None:
-        # db.alembic_config always sets it; alembic run by hand without it has nothing to migrate.
+        # migrate.alembic_config always sets it; alembic run by hand without it has nothing to migrate.
         raise SystemExit("no sqlalchemy.url in the alembic configuration; run `switchboard db upgrade`")
     engine = create_async_engine(url)
     try:

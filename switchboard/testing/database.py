@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from switchboard import db as db_mod
+from switchboard import migrate
 from switchboard.models import Base
 
 TEST_DATABASE_ENV = "SWITCHBOARD_TEST_DATABASE_URL"
@@ -100,13 +101,13 @@ def create_migrated(folder: Path) -> str:
     pg = postgres_url()
     if pg is None:
         template = folder / "template.db"
-        db_mod.upgrade(f"sqlite+aiosqlite:///{template}")
+        migrate.upgrade(f"sqlite+aiosqlite:///{template}")
         return str(template)
     name = f"sbtest_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     asyncio.run(_admin(pg, f'CREATE DATABASE "{name}"'))
     url = make_url(pg).set(database=name).render_as_string(hide_password=False)
     try:
-        db_mod.upgrade(url)
+        migrate.upgrade(url)
     except BaseException:
         drop_migrated(url)
         raise
