@@ -60,6 +60,7 @@ from switchboard.direct import Combiner, Outcome, Prepared, Steps, drive, drive_
 # The runners' types, exported here too: callers of run_sqlite/run_postgresql name them with db.
 from switchboard.direct import PostgreSQLRun as PostgreSQLRun
 from switchboard.direct import SQLiteRun as SQLiteRun
+from switchboard.sanitize import json_text
 
 # A pooled PostgreSQL connection is replaced after this long, so one silently cut by a firewall or
 # a proxy's idle timeout does not live forever (no ping finds it).
@@ -163,7 +164,10 @@ class Database:
         self.sqlite_wal_bound = 1000
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        kwargs: dict[str, Any] = {"echo": echo}
+        # JSON columns written by orjson where it can (``sanitize.json_text``): the standard
+        # library's ``dumps`` of a delivery's headers and trace held the SQLite writer's thread, and
+        # so the GIL, for a sixth of its time in ingest's group commit.
+        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": json_text}
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 30}
             # An in-memory database exists once per connection: reads and writes must share it.
