@@ -25,9 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
+from urllib.request import pathname2url
 
 from switchboard.db import Database
 
@@ -133,7 +135,9 @@ class Checkpointer:
         # On a thread. PASSIVE never waits: a checkpoint already running (the writer's own, another
         # process's) makes it report busy, and the next pass tries again.
         if self._conn is None:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # ``mode=rw``: a database file that has gone is an error here, never created anew.
+            where = f"file:{pathname2url(os.path.abspath(self.path))}?mode=rw"
+            self._conn = sqlite3.connect(where, uri=True, isolation_level=None, check_same_thread=False)
         busy, pages, copied = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         return int(busy), int(pages), int(copied)
 

@@ -181,8 +181,9 @@ class Database:
             if in_memory:
                 self._writer = self.engine
             else:
-                self.sqlite_file = parsed.database
                 self._writer = create_async_engine(url, pool_size=1, max_overflow=0, **kwargs)
+                # (A ``file:`` URI names its file in its own syntax: no checkpointer for it.)
+                self.sqlite_file = None if parsed.query.get("uri") else parsed.database
             _configure_sqlite(self._writer, query_only=False, wal_bound=lambda: self.sqlite_wal_bound)
             if self._writer is not self.engine:
                 _configure_sqlite(self.engine, query_only=True)

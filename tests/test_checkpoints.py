@@ -170,6 +170,19 @@ async def test_a_failing_pass_warns_once_and_the_writer_keeps_its_own_checkpoint
 def test_an_in_memory_database_has_no_checkpointer() -> None:
     with pytest.raises(ValueError, match="SQLite file"):
         Checkpointer(Database("sqlite+aiosqlite:///:memory:"))
+    # A ``file:`` URI names its file in SQLite's URI syntax: left to the writer's own checkpoints.
+    assert Database("sqlite+aiosqlite:///file:/tmp/x.db?uri=true").sqlite_file is None
+
+
+async def test_a_pass_never_creates_a_database_file_that_has_gone(tmp_path: Path) -> None:
+    gone = tmp_path / "gone.db"
+    db = Database(f"sqlite+aiosqlite:///{gone}")
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            await Checkpointer(db).run_pass()
+        assert not gone.exists()
+    finally:
+        await db.dispose()
 
 
 async def test_the_server_copies_a_delivery_into_the_file_in_the_background(
