@@ -128,7 +128,7 @@ class Checkpointer:
         busy, pages, copied = await asyncio.to_thread(self._checkpoint)
         self.passes += 1
         if not busy and pages > self.restart_pages:
-            busy, pages, copied = await self.db.on_sqlite_writer(_finish)
+            busy, pages, copied = await self.db.on_sqlite_writer(_passive_checkpoint)
             self.restarts += 1
         return pages, copied
 
@@ -139,8 +139,7 @@ class Checkpointer:
             # ``mode=rw``: a database file that has gone is an error here, never created anew.
             where = f"file:{pathname2url(os.path.abspath(self.path))}?mode=rw"
             self._conn = sqlite3.connect(where, uri=True, isolation_level=None, check_same_thread=False)
-        busy, pages, copied = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return int(busy), int(pages), int(copied)
+        return _passive_checkpoint(self._conn)
 
     def _warn(self, exc: BaseException) -> None:
         # One warning a minute at most: a file that stays unreadable would otherwise fill the log.
@@ -148,8 +147,10 @@ class Checkpointer:
         if now - self._warned_at >= 60:
             self._warned_at = now
             log.warning(
-                "checkpoints: a background pass failed (%s); the writer checkpoints by itself meanwhile",
+                "checkpoints: a background pass failed (%s); meanwhile the writer checkpoints by itself"
+                " once its log passes %d pages",
                 type(exc).__name__,
+                self.writer_bound_pages,
             )
 
 
@@ -160,8 +161,9 @@ def _bound(pages: int) -> Callable[[sqlite3.Connection], None]:
     return set_bound
 
 
-def _finish(conn: sqlite3.Connection) -> tuple[int, int, int]:
-    # On the writer's thread, outside any transaction, between two writes: copies the pages the pass
-    # left, so that the next write starts the log over.
+def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """(busy, the log's pages, how many of them are copied), as SQLite reports them. On the
+    checkpointer's connection, or on the writer's between two writes, where it copies the pages the
+    pass left so that the next write starts the log over."""
     busy, pages, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     return int(busy), int(pages), int(copied)

@@ -300,8 +300,7 @@ class Database:
             if self.is_sqlite:
                 async with self._lock():
                     yield
-                for tap in self.write_taps:
-                    tap()
+                self._tap_writes()
             else:
                 yield
         finally:
@@ -360,9 +359,13 @@ class Database:
         outcomes: list[Outcome] = await self.on_sqlite_writer(
             functools.partial(self._sqlite_batch, works=works)
         )
+        self._tap_writes()
+        return outcomes
+
+    def _tap_writes(self) -> None:
+        """A turn of the SQLite writer has ended: tell ``write_taps`` (new pages in the WAL)."""
         for tap in self.write_taps:
             tap()
-        return outcomes
 
     async def on_sqlite_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """SQLite: ``work(connection)`` on the writer connection's thread, in the writer's turn,
