@@ -129,6 +129,17 @@ class Profile:
         )
         return inside / total if total else 0.0
 
+    def outside(self, thread: str, patterns: Iterable[str]) -> list[tuple[str, float]]:
+        """The samples of ``thread`` with none of ``patterns`` on the stack, by their deepest frame
+        (what the thread was running itself), as shares of all its samples, largest first."""
+        wanted = tuple(patterns)
+        total = self.total(thread)
+        deepest: collections.Counter[str] = collections.Counter()
+        for name, frames, n in self.stacks:
+            if thread in name and not any(f.startswith(wanted) for f in frames):
+                deepest[frames[-1] if frames else "(no frame)"] += n
+        return [(f, n / total) for f, n in deepest.most_common()] if total else []
+
     def functions(self, thread: str) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(inclusive, own) shares per function of ``thread``, largest first."""
         inclusive: collections.Counter[str] = collections.Counter()
@@ -241,6 +252,11 @@ def print_profile(profile: Profile, thread: str, top: int) -> None:
     for label, module, qualname in STEPS:
         share = profile.share(loop, frame_pattern(module, qualname))
         print(f"  {100 * share:5.1f}%  {label}")
+    top_level = [frame_pattern(m, q) for label, m, q in STEPS if not label.startswith(" ")]
+    rest = profile.outside(loop, top_level)
+    print(f"  {100 * sum(s for _, s in rest):5.1f}%  outside them, by the function running (the top 12):")
+    for name, share in rest[:12]:
+        print(f"          {100 * share:5.1f}%  {name}")
     writer = THREADS["writer"]
     if profile.total(writer):
         drive = frame_pattern("switchboard.direct", "drive")

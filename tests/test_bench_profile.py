@@ -83,3 +83,14 @@ def test_a_bad_argument_is_a_usage_error(argv: list[str], said: str) -> None:
     )
     assert done.returncode == 2
     assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_what_no_step_covers_is_listed_by_the_function_running() -> None:
+    raw = [*RAW, LOOP + "Task.__step (asyncio/tasks.py:260);Metrics.inc (switchboard/metrics.py:42) 2"]
+    read = Profile.read(raw)
+    top_level = [frame_pattern(m, q) for label, m, q in STEPS if not label.startswith(" ")]
+    # 12 samples of the event loop: 10 under the handler or the writer, 2 under neither.
+    assert read.outside("MainThread", top_level) == [
+        ("Metrics.inc (switchboard/metrics.py)", pytest.approx(2 / 12))
+    ]
+    assert Profile().outside("MainThread", top_level) == []
