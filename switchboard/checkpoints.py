@@ -16,9 +16,9 @@ writer that never pauses does not achieve. So once a pass leaves the log longer 
 ``restart_pages``, the last pages (those committed while the pass ran) are copied in the writer's
 own turn, between two writes (``Database.on_sqlite_writer``), and the next write starts the log
 over. While the checkpointer runs, the writer's own bound is ``WRITER_BOUND_PAGES`` rather than
-1,000 (``Database.sqlite_wal_bound``, which a writer connection opened after an outage gets too; put
-back when the checkpointer stops): if the checkpointer falls behind or fails, the writer checkpoints
-itself as before. That costs speed, never the bound on the log.
+1,000 (``Database.sqlite_wal_bound``, which a writer connection opened after an outage gets too; the
+bound it had is put back when the checkpointer stops): if the checkpointer falls behind or fails,
+the writer checkpoints itself as before. That costs speed, never the bound on the log.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ from switchboard.db import Database
 
 log = logging.getLogger(__name__)
 
-# SQLite's own default, put back when the checkpointer stops.
-DEFAULT_BOUND_PAGES = 1000
 # The writer's bound while a checkpointer runs: it checkpoints itself only if the log outgrows this
 # (160 MB of 4 KiB pages), which a running checkpointer keeps it from.
 WRITER_BOUND_PAGES = 40_000
@@ -71,6 +69,8 @@ class Checkpointer:
         self._conn: sqlite3.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._warned_at = float("-inf")
+        # The writer's bound before ``start`` raised it (SQLite's default), for ``close`` to put back.
+        self._bound_before = db.sqlite_wal_bound
 
     def start(self) -> None:
         # A writer connection opened from now on starts with the raised bound (``Database``'s
@@ -84,13 +84,13 @@ class Checkpointer:
         if self._task is None:
             return
         self.db.write_taps.remove(self._wrote.set)
-        self.db.sqlite_wal_bound = DEFAULT_BOUND_PAGES
+        self.db.sqlite_wal_bound = self._bound_before
         self._stop.set()
         self._wrote.set()
         await self._task
         self._task = None
         try:
-            await self.db.on_sqlite_writer(_bound(DEFAULT_BOUND_PAGES))
+            await self.db.on_sqlite_writer(_bound(self._bound_before))
         except Exception as exc:
             # The writer is gone or the file unreachable: a writer opened later starts at the default.
             log.debug("checkpoints: the writer's bound was not put back (%s)", type(exc).__name__)

@@ -24,6 +24,8 @@ from switchboard.services import Services
 from switchboard.testing import github_headers, make_webhook, post
 
 ROW_BYTES = 16_000  # four pages and a bit: enough to grow the log quickly
+# SQLite's own ``wal_autocheckpoint``: the writer's bound without a checkpointer, and after one stops.
+SQLITE_DEFAULT_BOUND = 1000
 
 
 @pytest.fixture
@@ -86,7 +88,7 @@ async def test_the_log_is_copied_into_the_file_beside_the_writer(sqlite_db: Data
     db = sqlite_db
     assert db.sqlite_file is not None
     await _scratch(db)
-    assert await _writer_bound(db) == checkpoints.DEFAULT_BOUND_PAGES
+    assert await _writer_bound(db) == SQLITE_DEFAULT_BOUND
     checkpointer = Checkpointer(db, pause=0.01)
     checkpointer.start()
     try:
@@ -103,8 +105,8 @@ async def test_the_log_is_copied_into_the_file_beside_the_writer(sqlite_db: Data
     finally:
         await checkpointer.close()
     # Stopped: the writer checkpoints by itself again, at SQLite's default.
-    assert await _writer_bound(db) == checkpoints.DEFAULT_BOUND_PAGES
-    assert db.sqlite_wal_bound == checkpoints.DEFAULT_BOUND_PAGES and not db.write_taps
+    assert await _writer_bound(db) == SQLITE_DEFAULT_BOUND
+    assert db.sqlite_wal_bound == SQLITE_DEFAULT_BOUND and not db.write_taps
 
 
 async def test_the_log_starts_over_under_writes_that_never_pause(sqlite_db: Database) -> None:
@@ -164,7 +166,7 @@ async def test_a_failing_pass_warns_once_and_the_writer_keeps_its_own_checkpoint
     assert time.monotonic() - started < checkpoints.RETRY_SECONDS / 2
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "OperationalError" in messages[0] and "checkpoints by itself" in messages[0]
-    assert await _writer_bound(db) == checkpoints.DEFAULT_BOUND_PAGES
+    assert await _writer_bound(db) == SQLITE_DEFAULT_BOUND
     async with db.read() as s:
         assert await s.scalar(text("SELECT count(*) FROM scratch")) == 10
 
