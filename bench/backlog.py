@@ -87,7 +87,9 @@ async def claim_plan(db: Database, endpoint: Endpoint) -> str:
             rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)).all()
             return "; ".join(str(r[-1]) for r in rows)
         raw = await conn.get_raw_connection()
-        lines = await raw.driver_connection.fetch("EXPLAIN " + statement, *parameters)
+        # Any: asyncpg's connection (untyped); a live pooled connection always has one.
+        driver: Any = raw.driver_connection
+        lines = await driver.fetch("EXPLAIN " + statement, *parameters)
         return "; ".join(str(r[0]).strip() for r in lines)
 
 

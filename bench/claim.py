@@ -172,7 +172,7 @@ async def switchboard_rounds(
                     if batch == 1:
                         got = claimed_todos(await todos.claim_next(db, endpoint))
                     else:
-                        got = claimed_todos(await todos.claim_next(db, endpoint, max=batch))  # type: ignore[call-arg]
+                        got = claimed_todos(await todos.claim_next(db, endpoint, max=batch))
                     if not got:
                         return
                     for todo in got:

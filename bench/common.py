@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -602,7 +602,7 @@ class Report:
                 out.write(json.dumps({**row, "machine": machine()}) + "\n")
 
 
-def run(main: Callable[[], Awaitable[None]]) -> None:
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run a benchmark's ``main``; an unreachable database or a failed step is one line on
     stderr and a non-zero exit, not a traceback (the server's log tail is in the message)."""
     from sqlalchemy.exc import DBAPIError

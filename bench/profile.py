@@ -170,10 +170,19 @@ def py_spy() -> str:
     return found
 
 
-async def sample(pid: int, seconds: float, rate: int, raw: Path, nonblocking: bool) -> None:
-    """py-spy on ``pid`` for ``seconds``, every thread, its raw samples written to ``raw``."""
-    argv = [py_spy(), "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate)]
-    argv += ["--format", "raw", "-o", str(raw), "--threads"] + (["--nonblocking"] if nonblocking else [])
+def sampler_argv(
+    sampler: str, pid: int, seconds: float, rate: int, raw: Path, nonblocking: bool, native: bool
+) -> list[str]:
+    """py-spy's command line: every thread of ``pid`` for ``seconds``, raw samples into ``raw``;
+    ``native`` adds the C frames (inside asyncpg, orjson, libc) under the Python frame that called them."""
+    argv = [sampler, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate)]
+    argv += ["--format", "raw", "-o", str(raw), "--threads"]
+    return argv + (["--nonblocking"] if nonblocking else []) + (["--native"] if native else [])
+
+
+async def sample(pid: int, seconds: float, rate: int, raw: Path, nonblocking: bool, native: bool) -> None:
+    """py-spy on the server (``sampler_argv``), its raw samples written to ``raw``."""
+    argv = sampler_argv(py_spy(), pid, seconds, rate, raw, nonblocking, native)
     process = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
@@ -225,7 +234,7 @@ async def profile_ingest(args: argparse.Namespace, raw: Path, report: Report) ->
                     raise RuntimeError(
                         f"the load ended within the warm-up: raise --deliveries (now {args.deliveries})"
                     )
-                await sample(server.process.pid, args.seconds, args.rate, raw, args.nonblocking)
+                await sample(server.process.pid, args.seconds, args.rate, raw, args.nonblocking, args.native)
                 sent = await load
             finally:
                 if not load.done():
@@ -290,6 +299,9 @@ def main() -> None:
         help="distinct deliveries prepared (each ~20 KB in memory); the load stops at this count",
     )
     p.add_argument("--nonblocking", action="store_true", help="sample without stopping the server")
+    p.add_argument(
+        "--native", action="store_true", help="include C frames (asyncpg, orjson, the interpreter)"
+    )
     p.add_argument(
         "--thread", default="loop", help=f"whose functions to list: {', '.join(THREADS)} (default loop)"
     )

@@ -178,15 +178,15 @@ def claim_section(rows: list[dict[str, Any]]) -> list[str]:
     for engine, queue in paths:
         line: list[Any] = [name(engine, queue)]
         for n in claimers:
-            r = grid.get((engine, queue, n))
-            if r is None:
+            cell = grid.get((engine, queue, n))
+            if cell is None:
                 line.append(None)
-            elif r.get("note"):
-                line.append(r["note"])
+            elif cell.get("note"):
+                line.append(cell["note"])
             else:
                 line.append(
-                    f"{r['cycles_per_second']:,.0f} ({r.get('cycle_p50_ms', 0):.1f} / "
-                    f"{r.get('cycle_p99_ms', 0):.1f} ms)"
+                    f"{cell['cycles_per_second']:,.0f} ({cell.get('cycle_p50_ms', 0):.1f} / "
+                    f"{cell.get('cycle_p99_ms', 0):.1f} ms)"
                 )
         body.append(line)
     out = [

@@ -9,8 +9,6 @@ service. ``bench.common.server_env`` turns it off the way an operator would, wit
 
 from __future__ import annotations
 
-import sys
-
 
 def main() -> None:
     from switchboard.cli import main as cli
@@ -19,4 +17,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

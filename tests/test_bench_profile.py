@@ -94,3 +94,28 @@ def test_what_no_step_covers_is_listed_by_the_function_running() -> None:
         ("Metrics.inc (switchboard/metrics.py)", pytest.approx(2 / 12))
     ]
     assert Profile().outside("MainThread", top_level) == []
+
+
+def test_native_frames_take_the_own_time_and_leave_the_steps_as_they_were() -> None:
+    # ``--native``: py-spy puts the C frames (asyncpg's Cython, libc) under the Python frame that
+    # called them, some with a line and some with only their library.
+    native = "Connection._do_execute (asyncpg/connection.py:2035);protocol_array_encode (protocol.c:28988)"
+    commit = "IngestWriter._commit (switchboard/ingest_writer.py:274);"
+    raw = [*RAW, LOOP + commit + native + ";send (libc.so.6) 5"]
+    read = Profile.read(raw)
+    writer = next(frame_pattern(m, q) for label, m, q in STEPS if label.strip() == "the group-commit writer")
+    assert read.share("MainThread", writer) == pytest.approx(6 / 15)
+    inclusive, own = read.functions("MainThread")
+    assert own[0] == ("json_object (switchboard/provider.py)", pytest.approx(6 / 15))
+    assert ("send (libc.so.6)", pytest.approx(5 / 15)) in own
+    assert ("protocol_array_encode (protocol.c)", pytest.approx(5 / 15)) in inclusive
+
+
+def test_native_and_nonblocking_reach_the_sampler() -> None:
+    plain = profile.sampler_argv("py-spy", 42, 8.0, 200, Path("raw.txt"), False, False)
+    assert plain[:3] == ["py-spy", "record", "-p"] and "42" in plain and "--threads" in plain
+    assert "--native" not in plain and "--nonblocking" not in plain
+    both = profile.sampler_argv("py-spy", 42, 0.2, 200, Path("raw.txt"), True, True)
+    assert both[-2:] == ["--nonblocking", "--native"]
+    # py-spy takes whole seconds, at least one.
+    assert both[both.index("-d") + 1] == "1"
