@@ -5,7 +5,7 @@ reads, ``reply``) and every ``/api/v1`` request reads one row by its token's has
 else. These reads run on the driver directly (``Database.read_steps``) and come back as the ORM
 objects a session would have loaded (``direct.loaded``): through a session the one-row read cost
 the event loop 1.1-1.5 ms of CPU on SQLite and 0.5-0.6 ms on PostgreSQL, more than the rest of a
-refused tool call (bench/README.md).
+refused tool call (bench/HISTORY.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ itself once the log passes 1,000 pages (``wal_autocheckpoint``): inside the writ
 write queued behind it waits for the copy and its two fsyncs. A delivery is about 14 pages (its body
 and its payload); with 32 senders the writer's thread spent a quarter of its time in checkpoints,
 and ingest stored 1,230 deliveries/s with them against 1,560 with none; with this module, 26-34%
-more than before side by side (bench/README.md).
+more than before side by side (bench/HISTORY.md).
 
 ``Checkpointer`` copies the pages from a connection of its own, on a thread, while the writer goes
 on committing: SQLite lets a checkpoint run beside a writer, and never blocks a reader for one.

@@ -509,7 +509,7 @@ class Database:
         For the reads that requests make on every call (an MCP request's endpoint, ingest's echo
         check): through a session, one single-row read cost the event loop 1.1-1.5 ms of CPU on
         SQLite (a hand-off to the thread for the cursor, the statement, the fetch and the cursor's
-        close) and 0.5-0.6 ms on PostgreSQL; this way 0.2 and 0.15 (bench/README.md)."""
+        close) and 0.5-0.6 ms on PostgreSQL; this way 0.2 and 0.15 (bench/HISTORY.md)."""
         pooled = await self.engine.raw_connection()
         # Any: aiosqlite's or asyncpg's connection, neither typed for this use.
         driver: Any = pooled.driver_connection

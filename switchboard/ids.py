@@ -47,7 +47,7 @@ def new_id(prefix: str) -> str:
             value = _last + 1
         _last = value
     # 26 characters of 5 bits, taken two at a time (13 look-ups of 10 bits): 1.4 µs where one
-    # character at a time took 3.4 (an id or two per delivery, bench/README.md 2026-12-04).
+    # character at a time took 3.4 (an id or two per delivery, bench/HISTORY.md 2026-12-04).
     return f"{prefix}_{''.join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])}"
 
 

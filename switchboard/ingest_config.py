@@ -29,7 +29,7 @@ one statement, ``ingest_writer._pg_batch``): a change to a route or an endpoint 
 it concerns, so it meets that same lock. Before it, the writer read
 every column of the webhook, its owner endpoint and its routes' endpoints again, in two joined
 statements that share-locked all of those rows; one narrow statement instead gave 6-10% more
-deliveries/s on PostgreSQL, side by side (bench/README.md, issue 12).
+deliveries/s on PostgreSQL, side by side (bench/HISTORY.md, issue 12).
 
 Chosen over ``PRAGMA data_version`` (it moves on every commit by any connection, so every ingest
 batch and claim would empty the cache, and reading it is still a read per delivery), over reading

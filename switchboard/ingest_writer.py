@@ -138,7 +138,7 @@ def _sqlite_insert(kind: str, rows: list[dict[str, Any]]) -> Steps[list[str]]:
     """SQLite: ``rows`` (every one setting the same columns, in order) in as few statements as
     the placeholder limit allows; the ids the statements returned. A statement per row cost the
     writer's thread more than the rows themselves (binding, a call into SQLite and a hand-over of
-    the interpreter lock each): 32 senders went from about 500 to 610 deliveries/s (bench/README.md)."""
+    the interpreter lock each): 32 senders went from about 500 to 610 deliveries/s (bench/HISTORY.md)."""
     if not rows:
         return []
     keys = _columns(kind, rows)
@@ -266,7 +266,7 @@ class IngestWriter:
             # answered even if this loop is cancelled. Two at once (the next batch sent while the
             # previous one committed) paid while a batch took six round trips on PostgreSQL; since
             # it takes one, two only made the batches smaller: one costs 9-13% less server CPU per
-            # delivery, side by side (bench/README.md).
+            # delivery, side by side (bench/HISTORY.md).
             await asyncio.wait(
                 {asyncio.get_running_loop().create_task(self._commit(batch), name="switchboard:ingest-batch")}
             )
@@ -485,7 +485,7 @@ def _pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str 
     events that went in. It answers the versions and the ids that went in, from which the statuses
     follow as in ``_transaction``. One round trip instead of ``_transaction``'s five (BEGIN, the
     versions, the events, the todos, COMMIT): 16-30% more deliveries/s on PostgreSQL, side by side
-    (bench/README.md)."""
+    (bench/HISTORY.md)."""
     now = utcnow()
     live = sorted((n for n, rows in enumerate(batch) if _live(rows, now)), key=lambda n: batch[n].sort_key)
     if not live:

@@ -5,7 +5,7 @@ An agent's loop is ``claim_next`` then ``complete``, over and over, each a POST 
 SDK answers such a POST by building a Starlette request, validating the message into models,
 opening a memory stream for the answer, handing the message to the session's dispatcher task,
 spawning a task for the handler, passing the answer back through the stream and writing it out:
-about half of the server's CPU for a call that touches the database once (bench/README.md,
+about half of the server's CPU for a call that touches the database once (bench/HISTORY.md,
 "Changes of 2026-12-03"). A call that this module recognises is answered in the request's own task
 instead, with the same handler (``tools.call``) and the SDK's own checks of what goes in and out
 (``mcp_types.methods``: the request's surface for the negotiated protocol version, and the

@@ -5,7 +5,7 @@ Every signed delivery stores its body twice (the raw bytes on the event, the pay
 and a GitHub pull request's body is about 28 KB. pglz spent about 0.37 ms of the database's CPU
 per delivery compressing the two (inserts of 3,200 body and payload pairs from the test fixtures,
 16 a transaction: lz4 0.07 ms, stored 9.2 KiB a pair against pglz's 10.7). That was most of the
-ingest writer's transaction on PostgreSQL (bench/README.md, "Changes of 2026-12-03").
+ingest writer's transaction on PostgreSQL (bench/HISTORY.md, "Changes of 2026-12-03").
 
 Only values written from now on are compressed with lz4; values already stored stay as they are,
 and PostgreSQL reads both. A server built without lz4 (or older than 14, which has no per-column
