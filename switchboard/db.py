@@ -28,6 +28,8 @@ the driver's own connection (``run_sqlite``: the whole write transaction in one 
 SQLite writer's thread; ``run_postgresql``: asyncpg's prepared statements on one pooled
 connection). Same SQL, same type processing, same writer turn; a fraction of the per-statement cost.
 The reads every request makes run the same way on a read connection (``read_steps``).
+
+The engines themselves (pools, connection settings, the checkout check) are ``engines``'s.
 """
 
 from __future__ import annotations
@@ -42,15 +44,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
-    create_async_engine,
 )
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
@@ -60,18 +60,7 @@ from switchboard.direct import Combiner, Outcome, Prepared, Steps, drive, drive_
 # The runners' types, exported here too: callers of run_sqlite/run_postgresql name them with db.
 from switchboard.direct import PostgreSQLRun as PostgreSQLRun
 from switchboard.direct import SQLiteRun as SQLiteRun
-from switchboard.sanitize import json_text
-
-# A pooled PostgreSQL connection is replaced after this long, so one silently cut by a firewall or
-# a proxy's idle timeout does not live forever (no ping finds it).
-PG_POOL_RECYCLE_SECONDS = 1800
-# The connections where PostgreSQL may keep a plan (``run_postgresql``'s ``generic_plans``) serve
-# statements that find their rows by key. A kept plan is costed on the statistics of when it was
-# made: made while a table was small, it could be a sequential scan or a hash join over the whole
-# table, kept as the table grows until the next ANALYZE (a complete's plan kept at 50 todos hashed
-# all of ``attempts``: 189 ms per complete once 300,000 finished todos had theirs; 0.6 ms with
-# these). Ruled out, every such statement walks its indexes (tests/test_kept_plans.py).
-KEYED_PLAN_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"}
+from switchboard.engines import open_engines
 
 
 def utcnow() -> datetime:
@@ -158,59 +147,14 @@ T = TypeVar("T")
 class Database:
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
-        # SQLite: the database file (None in memory), and the writer's ``wal_autocheckpoint``; both
+        # SQLite: the writer's ``wal_autocheckpoint`` and the database file (None in memory); both
         # for ``checkpoints``, which copies the WAL's pages on a connection of its own.
-        self.sqlite_file: str | None = None
         self.sqlite_wal_bound = 1000
-        parsed = make_url(url)
-        self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        # JSON columns written by orjson where it can (``sanitize.json_text``): the standard
-        # library's ``dumps`` of a delivery's headers and trace held the SQLite writer's thread, and
-        # so the GIL, for a sixth of its time in ingest's group commit.
-        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": json_text}
-        if self.is_sqlite:
-            kwargs["connect_args"] = {"timeout": 30}
-            # An in-memory database exists once per connection: reads and writes must share it.
-            in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in url
-            # Reads on a file: up to 32 connections kept open (each a thread of aiosqlite's). With
-            # the default 5 (+10 that close on check-in) a burst of webhooks whose echo check reads
-            # opened a connection per request: a thread, the file, five PRAGMAs and the schema
-            # parsed again, which cost more than the read.
-            reads = {} if in_memory else {"pool_size": 32, "max_overflow": 32}
-            self.engine: AsyncEngine = create_async_engine(url, **reads, **kwargs)
-            if in_memory:
-                self._writer = self.engine
-            else:
-                self._writer = create_async_engine(url, pool_size=1, max_overflow=0, **kwargs)
-                # (A ``file:`` URI names its file in its own syntax: no checkpointer for it.)
-                self.sqlite_file = None if parsed.query.get("uri") else parsed.database
-            _configure_sqlite(self._writer, query_only=False, wal_bound=lambda: self.sqlite_wal_bound)
-            if self._writer is not self.engine:
-                _configure_sqlite(self.engine, query_only=True)
-        else:
-            # At most 30 connections, as before; but 20 stay open, so a burst of concurrent agents
-            # does not close and reopen overflow connections (a connect, and every statement
-            # prepared and its types introspected again) on every checkin.
-            kwargs.update(pool_size=20, max_overflow=10, pool_recycle=PG_POOL_RECYCLE_SECONDS)
-            # asyncpg keeps prepared statements per connection; a generic plan chosen while the
-            # todos table was small (or its statistics stale) would keep scanning as the backlog
-            # grows. Custom plans see the actual parameters and keep using the partial index.
-            kwargs["connect_args"] = {"server_settings": {"plan_cache_mode": "force_custom_plan"}}
-            self.engine = create_async_engine(url, **kwargs)
-            self._writer = self.engine
-            _configure_postgresql(self.engine)
-            # The key-addressed hot writes (completes, replies, ingest's group commit) find every
-            # row by its key, so a generic plan serves them as well as a custom one; on these
-            # connections PostgreSQL's default (``auto``) keeps a plan instead of planning each
-            # call again, which was half of the database's CPU per call (``run_postgresql``'s
-            # ``generic_plans``). Claims keep the pool above. It is small: one ingest writer,
-            # completes combined per endpoint and replies need a few connections at a time. A kept
-            # plan there may not read a whole table (KEYED_PLAN_SETTINGS).
-            keyed = {**kwargs, "connect_args": {"server_settings": KEYED_PLAN_SETTINGS}}
-            self._keyed: AsyncEngine = create_async_engine(
-                url, **{**keyed, "pool_size": 8, "max_overflow": 4}
-            )
-            _configure_postgresql(self._keyed)
+        engines = open_engines(url, echo=echo, wal_bound=lambda: self.sqlite_wal_bound)
+        self.is_sqlite, self.sqlite_file = engines.is_sqlite, engines.sqlite_file
+        # Reads (and, on PostgreSQL, every statement), SQLite's one writer, and PostgreSQL's
+        # connections that keep plans (``run_postgresql``'s ``generic_plans``).
+        self.engine, self._writer, self._keyed = engines.engine, engines.writer, engines.keyed
         self._write_engine = self._writer.execution_options(sqlite_begin="BEGIN IMMEDIATE")
         # PostgreSQL: a single statement is a transaction by itself; no BEGIN or COMMIT round trip.
         self._one_statement_engine = (
@@ -563,38 +507,3 @@ class Database:
             await self._writer.dispose()
         if not self.is_sqlite:
             await self._keyed.dispose()
-
-
-def _configure_sqlite(
-    engine: AsyncEngine, *, query_only: bool, wal_bound: Callable[[], int] | None = None
-) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: object) -> None:
-        # Any: this is sqlite3's connection, whose isolation_level the DB-API protocol type lacks.
-        # Let us issue BEGIN ourselves (pysqlite's own transaction handling would defer it).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        if query_only:
-            cursor.execute("PRAGMA query_only=ON")
-        elif wal_bound is not None:
-            cursor.execute(f"PRAGMA wal_autocheckpoint={int(wal_bound())}")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
-
-
-def _configure_postgresql(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "checkout")
-    def _on_checkout(dbapi_connection: Any, _record: object, _proxy: object) -> None:
-        # Any: SQLAlchemy's adapter around the asyncpg connection. No round trip: asyncpg marks a
-        # connection closed as soon as the server hangs up (a restart, pg_terminate_backend), and
-        # the pool answers DisconnectionError with a fresh connection.
-        raw = getattr(dbapi_connection, "_connection", None)
-        if raw is not None and raw.is_closed():
-            raise DisconnectionError("the server closed this pooled connection")

@@ -23,7 +23,8 @@ from fixtures.ingest_kit import fixture_bytes
 from sqlalchemy import func, select
 
 from switchboard import connections, reply, todos
-from switchboard.db import KEYED_PLAN_SETTINGS, Database, PostgreSQLRun
+from switchboard.db import Database, PostgreSQLRun
+from switchboard.engines import KEYED_PLAN_SETTINGS
 from switchboard.services import Services
 from switchboard.testing import (
     FakeProvider,

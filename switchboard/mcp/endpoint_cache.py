@@ -2,8 +2,8 @@
 
 Every ``/mcp`` request is authenticated with its endpoint's ``sbk_`` token. Reading the endpoint's
 row for each one was about a tenth of the server's time on a ``claim_next`` + ``complete`` loop
-(bench/HISTORY.md, "Where the time goes, as each session saw it"), so the rows are kept here, by token hash, and served
-from memory to the calls that a stale row cannot make wrong:
+(bench/HISTORY.md, "Where the time goes, as each session saw it"), so the rows are kept here, by
+token hash, and served from memory to the calls that a stale row cannot make wrong:
 
 * **Expiry** is judged at every call, from the kept ``expires_at`` and the clock; a verdict is never
   kept.
