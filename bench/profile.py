@@ -59,13 +59,13 @@ from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
 # tests/test_bench_profile.py holds every name to the code, so a rename cannot silently read 0%.
 STEPS: tuple[tuple[str, str, str], ...] = (
     ("the handler", "switchboard.ingest", "handle_webhook"),
-    ("  verify (the provider's)", "switchboard.ingest", "_verify"),
+    ("  verify (the provider's)", "switchboard.ingest_steps", "verify"),
     ("    the body's JSON", "switchboard.provider", "json_object"),
     ("    the signature", "switchboard.sdk.checks", "signature_matches"),
-    ("  the delivery keys", "switchboard.ingest", "_delivery_keys"),
-    ("  the reply address and the echo check", "switchboard.ingest", "_disposition"),
-    ("  the event row", "switchboard.ingest", "_event_row"),
-    ("  intake (trust, rules, the todo rows)", "switchboard.ingest", "_intake"),
+    ("  the delivery keys", "switchboard.ingest_steps", "delivery_keys"),
+    ("  the reply address and the echo check", "switchboard.ingest_steps", "disposition"),
+    ("  the event row", "switchboard.ingest_steps", "event_row"),
+    ("  intake (trust, rules, the todo rows)", "switchboard.ingest_steps", "intake"),
     ("    the payload's stored form", "switchboard.sanitize", "storable_encoded"),
     ("  the answer", "switchboard.ingest", "_answer"),
     ("the group-commit writer", "switchboard.ingest_writer", "IngestWriter._commit"),

@@ -28,7 +28,7 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 from sqlalchemy import func, select
 
-from switchboard import ingest
+from switchboard import ingest_steps as steps
 from switchboard.db import Database, utcnow
 from switchboard.delivery_signing import REDELIVERABLE, TESTABLE, hello_delivery, signed
 from switchboard.errors import SwitchboardError, conflict, not_found
@@ -237,9 +237,9 @@ async def _make(
         config = await _config(services.db, webhook_id)
         source = config.webhook.source
         try:
-            kind = ingest._source_kind(services, config)
-            targets = ingest._live_targets(config)
-            verified, secret = ingest._signing_secret(services, config, kind)
+            kind = steps.source_kind(services, config)
+            targets = steps.live_targets(config)
+            verified, secret = steps.signing_secret(services, config, kind)
             wire = signed(source, secret, headers, body)
             received_at = utcnow()
             delivery = Delivery(
@@ -249,22 +249,22 @@ async def _make(
                 received_at=received_at,
                 secret=secret,
             )
-            verdict = ingest._verify(services, config, delivery, lambda: "operator")
+            verdict = steps.verify(services, config, delivery, lambda: "operator")
         except Refusal as refusal:
             raise conflict(f"ingest would refuse it ({refusal.code}): {refusal.message}") from None
         if verdict.respond is not None:
             raise conflict("the kind answers this delivery as a handshake: nothing would be stored")
-        key, secondary = ingest._delivery_keys(verdict, delivery, verified)
+        key, secondary = steps.delivery_keys(verdict, delivery, verified)
         if original is not None:
             key, secondary = await _redelivery_key(services.db, webhook_id, original), None
-        disposition, address, minting, withheld = await ingest._disposition(
+        disposition, address, minting, withheld = await steps.disposition(
             services, config, delivery, verdict, verified, targets
         )
-        event = ingest._event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
+        event = steps.event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
         event["verify_detail"] = clean_line(f"{note}; {event['verify_detail']}", 200)
         event["redelivery_of"] = original
         # Intake as for any delivery: trust and the webhook's rules as they are now.
-        _, todos = await ingest._intake(
+        _, todos = await steps.intake(
             services, config, kind, delivery, verdict, verified, address, minting, targets, event
         )
         disposition = event["disposition"]

@@ -8,10 +8,12 @@ deliveries only), intake (trusted actors and the webhook's rules: ``intake``, do
 one transaction for the event and its todos, and only after it commits the 202 and the doorbell.
 The source kind is whatever a provider registered: nothing here names one.
 
-Everything up to the rows is done here, per request, with no write; the rows go to the process's
-group-commit writer (``ingest_writer``), which stores the deliveries that accumulated while its
-previous commit ran in one transaction, finds duplicates by the unique keys as it inserts, and
-hands back a delivery whose webhook changed meanwhile to be decided again.
+Each step is a function of ``ingest_steps``, which a redelivery (``deliveries``) runs too; this
+module strings them together for a request. Everything up to the rows is done per request, with no
+write; the rows go to the process's group-commit writer (``ingest_writer``), which stores the
+deliveries that accumulated while its previous commit ran in one transaction, finds duplicates by
+the unique keys as it inserts, and hands back a delivery whose webhook changed meanwhile to be
+decided again.
 """
 
 from __future__ import annotations
@@ -20,38 +22,33 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from switchboard import ingest_steps as steps
 from switchboard.db import is_unavailable, utcnow
 from switchboard.delivery_records import DELIVERY_RECORDER, DeliveryRecorder
-from switchboard.echo import SharedEchoReads, own_reply_scopes
-from switchboard.ids import new_id, token_hash
+from switchboard.echo import SharedEchoReads
+from switchboard.ids import token_hash
 from switchboard.ingest_admission import Admission, RateLimiter
 from switchboard.ingest_answers import Outcome, Refusal, accepted, duplicate
-from switchboard.ingest_config import ConfigCache, Target, WebhookConfig, listen_for_changes
+from switchboard.ingest_config import ConfigCache, WebhookConfig, listen_for_changes
 from switchboard.ingest_retention import EVENT_RETENTION, prune_events
+from switchboard.ingest_steps import MAX_BODY_BYTES, address_for
 from switchboard.ingest_writer import IngestWriter, Result, Rows
-from switchboard.instances import bind_address
-from switchboard.intake import Content, Plan, answered, plan, todo_rows
+from switchboard.intake import Plan, answered
 from switchboard.logs import ACCESS_NOTE
-from switchboard.provider import Address, Delivery, SourceKind, Verdict
-from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
+from switchboard.provider import Delivery
 from switchboard.services import Services, services_of
-from switchboard.vault import VaultError
-from switchboard.webhook_ops import PAUSED_RETRY_AFTER, previous_secret
 
 log = logging.getLogger("switchboard.ingest")
 
-MAX_BODY_BYTES = 5 * 1024 * 1024
 BODY_READ_SECONDS = 30.0
 
 
@@ -99,24 +96,6 @@ INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 
 # ---------------------------------------------------------------------------------------------
-# Small helpers
-
-
-def address_for(services: Services, delivery: Delivery, verdict: Verdict, verified: bool) -> Address | None:
-    """The reply address a provider derives, for verified deliveries only (docs/sources/*.md,
-    "Reply address")."""
-    if not verified:
-        return None
-    try:
-        address = services.providers.source(delivery.source).derive_address(delivery, verdict)
-    except Exception as exc:
-        # A provider bug must not lose the delivery: the todo is still created, without an address.
-        log.error("derive_address for %s raised %s; no reply address", delivery.source, type(exc).__name__)
-        return None
-    return address if isinstance(address, Address) else None
-
-
-# ---------------------------------------------------------------------------------------------
 # The handler
 
 
@@ -154,8 +133,8 @@ async def _ingest(
     """One delivery through the steps of docs/architecture.md ("Ingest, step by step"); a
     ``Refusal`` from any step ends it, and every refusal comes before anything is stored."""
     # 1. The size cap, from Content-Length (the body is measured again as it arrives).
-    _check_length(request)
-    hashed = token_hash(_ingest_token(request))
+    steps.check_length(request)
+    hashed = token_hash(steps.ingest_token(request))
 
     # 2. The webhook, its owner endpoint and its routes: from this process's cache when it has
     # them (see ingest_config for why a stale copy never leads to a wrong answer).
@@ -163,17 +142,17 @@ async def _ingest(
     config = cache.get(hashed)
     cached = config is not None
     if config is None:
-        config = await _lookup(services, cache, hashed)
+        config = await steps.lookup(services, cache, hashed)
     seen["source"], seen["webhook"] = config.webhook.source, config.id
 
     # 1. The flood guard, per webhook, before the body is read; then the body.
-    _admit(limiter, config)
+    steps.admit(limiter, config)
     body = await _read_body(request)
     received_at = utcnow()
 
     for _ in range(DECIDE_ATTEMPTS):
         if config is None:
-            config = await _lookup(services, cache, hashed)
+            config = await steps.lookup(services, cache, hashed)
         seen["source"] = config.webhook.source
         # 3.-7. Verify, keys, disposition, address and the rows; a handshake is answered at once.
         try:
@@ -207,7 +186,7 @@ async def _newer(
     services: Services, cache: ConfigCache, hashed: str, config: WebhookConfig
 ) -> WebhookConfig | None:
     """The webhook as it is now if it differs from ``config`` (None: the same)."""
-    current = await _lookup(services, cache, hashed)
+    current = await steps.lookup(services, cache, hashed)
     return None if current.version == config.version else current
 
 
@@ -217,29 +196,29 @@ async def _decide(
     """Steps 2-7 for one configuration of the webhook: every step but storing."""
     webhook = config.webhook
     # 2. Its provider, its live targets and its signing secret.
-    kind = _source_kind(services, config)
-    targets = _live_targets(config)
-    verified, secret = _signing_secret(services, config, kind)
+    kind = steps.source_kind(services, config)
+    targets = steps.live_targets(config)
+    verified, secret = steps.signing_secret(services, config, kind)
 
     # 3. Verify over the raw bytes; a handshake is answered at once and stores nothing.
     delivery = Delivery(
         source=webhook.source, headers=request.headers, body=body, received_at=received_at, secret=secret
     )
-    verdict = _verify(services, config, delivery, functools.partial(_client, request))
+    verdict = steps.verify(services, config, delivery, functools.partial(_client, request))
     if verdict.respond is not None:
         return Outcome(web.json_response(verdict.respond, status=200), "handshake")
 
     # 4. The delivery keys (a delivery already stored is found by them when storing).
-    key, secondary = _delivery_keys(verdict, delivery, verified)
+    key, secondary = steps.delivery_keys(verdict, delivery, verified)
 
     # 5./6. Housekeeping, the reply address and echo suppression (per target scope).
-    disposition, address, minting, withheld = await _disposition(
+    disposition, address, minting, withheld = await steps.disposition(
         services, config, delivery, verdict, verified, targets, request.app[INGEST_ECHO_READS]
     )
 
     # 7. Intake (trust, rules, the action), then the event and its todos.
-    event = _event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
-    decided, todos = await _intake(
+    event = steps.event_row(config, delivery, verdict, key, secondary, verified, disposition, withheld)
+    decided, todos = await steps.intake(
         services, config, kind, delivery, verdict, verified, address, minting, targets, event
     )
     rows = Rows(
@@ -250,33 +229,6 @@ async def _decide(
         source=webhook.source,
     )
     return Decision(rows, decided, verified, event["disposition"], key, secondary)
-
-
-async def _intake(
-    services: Services,
-    config: WebhookConfig,
-    kind: SourceKind,
-    delivery: Delivery,
-    verdict: Verdict,
-    verified: bool,
-    address: Address | None,
-    minting: list[Target],
-    targets: list[Target],
-    event: dict[str, Any],
-) -> tuple[Plan | None, list[dict[str, Any]]]:
-    """Step 7 for a ``routed`` delivery: intake's plan (trust, rules, the action; ``minting``: the
-    live ``targets`` that did not send this very reply), kept on the event, and the todo rows."""
-    if event["disposition"] != "routed":
-        return None, []
-    encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
-    decided = await plan(
-        services, config, kind, delivery, verdict, verified, address, minting, live=targets, encoded=encoded
-    )
-    event["disposition"], event["routing"] = decided.disposition, decided.event_trace
-    at, source = event["received_at"], config.webhook.source
-    content = Content.of(source, verdict, address, event_id=event["id"], now=at, encoded=encoded)
-    # The todos of the plan, all with the same payload (encoded once) and reply address.
-    return decided, todo_rows(decided, content)
 
 
 async def _answer(services: Services, config: WebhookConfig, decision: Decision, result: Result) -> Outcome:
@@ -314,212 +266,9 @@ async def _answer(services: Services, config: WebhookConfig, decision: Decision,
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# The steps, in the order ``_ingest`` runs them
-
-
-def _check_length(request: web.Request) -> None:
-    """Step 1: the size cap, cheaply, from Content-Length."""
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise Refusal(413, "payload_too_large", "the body is larger than 5 MiB")
-
-
-def _admit(limiter: RateLimiter, config: WebhookConfig) -> None:
-    """Step 1: the flood guard, a token bucket per webhook (see ``ingest_admission``)."""
-    wait = limiter.take(config.id)
-    if wait > 0:
-        raise Refusal(
-            429,
-            "rate_limited",
-            "too many deliveries for this webhook; retry later",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
-
-
 def _client(request: web.Request) -> str:
     """The client's address for the log (``X-Forwarded-For`` only from a trusted proxy)."""
     return request.app[INGEST_ADMISSION].client(request.remote, request.headers)
-
-
-def _ingest_token(request: web.Request) -> str:
-    """The token from the URL; one of an impossible length is refused before any database work."""
-    token = request.match_info["ingest_token"]
-    if not 8 <= len(token) <= 200:
-        raise Refusal(404, "not_found", "no such webhook")
-    return token
-
-
-async def _lookup(services: Services, cache: ConfigCache, hashed: str) -> WebhookConfig:
-    """Step 2: the webhook the token names, with its owner endpoint and its routes, as they are in
-    the database now (and kept in the cache)."""
-    config = await cache.read(services.db, hashed)
-    if config is None:
-        raise Refusal(404, "not_found", "no such webhook")
-    return config
-
-
-def _source_kind(services: Services, config: WebhookConfig) -> SourceKind:
-    """Step 2: the installed provider of the webhook's source kind, and a secret it can check."""
-    webhook = config.webhook
-    kind = services.providers.sources.get(webhook.source)
-    if kind is None:
-        log.error("webhook %s: no installed provider handles source kind %r", webhook.id, webhook.source)
-        raise Refusal(
-            503,
-            "unavailable",
-            f"no installed provider handles source kind {webhook.source!r}; the operator must install it",
-        )
-    if webhook.secret_state == "awaiting":
-        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
-    if webhook.paused_at is not None:
-        # Paused by its owner: nothing is stored; a provider that retries delivers after the resume.
-        retry = {"Retry-After": str(PAUSED_RETRY_AFTER)}
-        raise Refusal(503, "paused", "this webhook is paused by its owner; retry later", headers=retry)
-    return kind
-
-
-def _live_targets(config: WebhookConfig) -> list[Target]:
-    """Step 2: the endpoints a todo goes to; none live is a 503 (the sender retries later)."""
-    targets = config.targets()
-    if not targets:
-        raise Refusal(503, "unavailable", "this webhook has no active endpoint to deliver to")
-    return targets
-
-
-def _signing_secret(services: Services, config: WebhookConfig, kind: SourceKind) -> tuple[bool, str | None]:
-    """Step 2: whether the delivery is verified (a signed webhook of a kind with a secret), and the
-    secret to verify it with; a signed webhook whose secret cannot be read is a 503."""
-    webhook = config.webhook
-    verified = kind.secret != "none" and webhook.trust_mode == "signed"
-    try:
-        secret = config.signing_secret(services.vault)
-    except VaultError as exc:
-        log.error("webhook %s: signing secret cannot be opened (%s)", webhook.id, type(exc).__name__)
-        raise Refusal(503, "unavailable", "this webhook's signing secret cannot be read") from None
-    if verified and not secret:
-        raise Refusal(503, "unavailable", "this webhook is waiting for its signing secret")
-    return verified, secret
-
-
-def _verify(
-    services: Services, config: WebhookConfig, delivery: Delivery, remote: Callable[[], str | None]
-) -> Verdict:
-    """Step 3: the provider's verdict over the raw bytes (it compares in constant time). A refusal
-    is a 401 (or 400 for a signed body that is not JSON); a provider that fails is a 503."""
-    source, webhook_id = delivery.source, config.id
-    try:
-        verdict = services.providers.source(delivery.source).verify(delivery)
-        # Within a rotation's overlap the secret it replaced still verifies (webhook_ops).
-        overlap = not verdict.ok and delivery.secret is not None
-        old = previous_secret(services.vault, config.webhook) if overlap else None
-        if old is not None:
-            retried = services.providers.source(delivery.source).verify(replace(delivery, secret=old))
-            verdict = retried if retried.ok else verdict
-    except Exception as exc:
-        log.error("webhook %s: the %s verifier raised %s", webhook_id, source, type(exc).__name__)
-        raise Refusal(503, "unavailable", f"the {source} provider could not check this delivery") from None
-    if not verdict.ok:
-        # The detail is the provider's reason ("signature mismatch", …): never a signature or secret.
-        log.warning(
-            "ingest refused: webhook=%s source=%s remote=%s reason=%s",
-            webhook_id,
-            source,
-            # Worked out only for a refusal's log line (a trusted proxy's header is parsed).
-            remote(),
-            clean_line(verdict.detail, 200),
-        )
-        if verdict.error == "invalid_body":
-            raise Refusal(400, "invalid_body", "the signed body is not valid JSON")
-        raise Refusal(
-            401,
-            "signature_invalid",
-            "the delivery's signature did not verify",
-            detail=clean_line(verdict.detail, 200),
-        )
-    return verdict
-
-
-def _delivery_keys(verdict: Verdict, delivery: Delivery, verified: bool) -> tuple[str, str | None]:
-    """Step 4: the delivery key (the provider's, else the body's hash) and the second key: the
-    provider's (Slack: one message seen as two events), or the body's hash when a verified
-    delivery's key came from a request header.
-
-    A forge (GitHub, Gitea) signs only the body and names the delivery in a header the signature
-    does not cover: a captured body and signature replayed under a fresh delivery id would
-    otherwise be a new delivery. With the body's hash as its second key, it is the duplicate of the
-    first. A redelivery (same id, same body) is a duplicate by either key, as before. Unverified
-    (generic) deliveries may legitimately repeat a body, so they keep to their own key."""
-    body = delivery.body
-    key = delivery_key(verdict.delivery_key, body)
-    if verdict.secondary_key:
-        return key, delivery_key(verdict.secondary_key, b"")
-    named = verdict.delivery_key.strip() if verdict.delivery_key else None
-    if verified and named is not None and any(v.strip() == named for v in delivery.headers.values()):
-        return key, body_key(body)
-    return key, None
-
-
-async def _disposition(
-    services: Services,
-    config: WebhookConfig,
-    delivery: Delivery,
-    verdict: Verdict,
-    verified: bool,
-    targets: list[Target],
-    echo_reads: SharedEchoReads | None = None,
-) -> tuple[str, Address | None, list[Target], str | None]:
-    """Steps 5 and 6: (disposition, address, the targets that get a todo, why an address was
-    withheld). Housekeeping is ``ignored``. The reply address (verified deliveries only) is kept
-    only if it names the instance the webhook serves (an unbound webhook is bound to it). A target
-    whose scope sent this very reply gets no todo; a delivery that is every target's own reply is
-    a ``self_reply``. Only ``routed`` mints todos."""
-    if verdict.ignore:
-        return "ignored", None, [], None
-    bound = await bind_address(services, config.webhook, address_for(services, delivery, verdict, verified))
-    address = bound.address
-    if not verified:
-        return "routed", address, targets, bound.withheld
-    scopes = [t.owner_scope for t in targets]
-    echoed = await own_reply_scopes(services, delivery, verdict, address, scopes, echo_reads)
-    if echoed:
-        services.metrics.inc("switchboard_echo_drops_total", source=delivery.source)
-    minting = [t for t in targets if t.owner_scope not in echoed]
-    return ("routed" if minting else "self_reply"), address, minting, bound.withheld
-
-
-def _event_row(
-    config: WebhookConfig,
-    delivery: Delivery,
-    verdict: Verdict,
-    key: str,
-    secondary: str | None,
-    verified: bool,
-    disposition: str,
-    withheld: str | None = None,
-) -> dict[str, Any]:
-    """Step 7: the stored delivery, whatever its disposition (headers with credentials redacted);
-    ``verify_detail`` also says why a reply address was withheld (another instance)."""
-    detail = f"{verdict.detail}; {withheld}" if withheld else verdict.detail
-    return {
-        "id": new_id("ev"),
-        "webhook_id": config.id,
-        "source": delivery.source,
-        "event_type": clean_line(verdict.event or delivery.source, 100),
-        "delivery_key": key,
-        "secondary_key": secondary,
-        "headers": redact_headers(delivery.headers),
-        "body": delivery.body,
-        "verified": verified,
-        "verify_detail": clean_line(detail, 200),
-        "trust_mode": config.webhook.trust_mode,
-        "disposition": disposition,
-        "received_at": delivery.received_at,
-        # Set by a redelivery (``deliveries``). Every event row sets every key, so the rows of a
-        # batch share one insert's columns.
-        "redelivery_of": None,
-        # Intake's trace (``_intake``).
-        "routing": None,
-    }
 
 
 async def handle_webhook(request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ from fixtures.ingest_kit import fixture_bytes
 from fixtures.intake_kit import ISSUE_1, SENDER, github_hook, set_rules
 from sqlalchemy import select, text
 
-from switchboard import deliveries, ingest, tenancy
+from switchboard import deliveries, ingest_steps, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_WRITER
@@ -105,7 +105,7 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
     services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token, _, _ = await make_webhook(services, "generic")
-    real = ingest.todo_rows
+    real = ingest_steps.todo_rows
 
     def todo_rows(*args: Any) -> list[dict[str, Any]]:
         rows = real(*args)
@@ -116,7 +116,7 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
                 row["endpoint_id"] = "ep_00000000000000000000000000"
         return rows
 
-    monkeypatch.setattr(ingest, "todo_rows", todo_rows)
+    monkeypatch.setattr(ingest_steps, "todo_rows", todo_rows)
     gate = Gate(monkeypatch)
     deliveries = (
         [_generic(n) for n in range(7)] + [_generic("bad", poison=True)] + [_generic(n) for n in range(7, 12)]
