@@ -4,7 +4,7 @@ The agent chooses the words. The delivery chose the place (the todo's immutable 
 owner chose the credential (the connection of the *todo's* owner scope that serves that address).
 
 Every check runs before any dial, in the order docs/replying.md lists them ("Refusals and their
-fixes"), and a refusal writes no reply row.
+fixes"; the checks themselves are ``reply_checks``), and a refusal writes no reply row.
 The checks and the insert of the ``pending`` row are one read and one take that writes only if
 nothing the checks relied on changed in between (on PostgreSQL without a lock, retried under the
 todo's ``FOR UPDATE`` lock when something did; SQLite's writer takes turns, so there it is one
@@ -21,12 +21,9 @@ import asyncio
 import hashlib
 import logging
 import math
-import re
 import time
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from fnmatch import fnmatchcase
 from typing import Any, cast
 
 from sqlalchemy import select, update
@@ -34,24 +31,23 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from switchboard import outbound, secretscan
+from switchboard import reply_checks as checks
 from switchboard import reply_statements as statements
 from switchboard.connections import open_secret
 from switchboard.db import utcnow
 from switchboard.direct import Steps, drive_async, on
-from switchboard.errors import SwitchboardError, conflict, invalid, not_found
-from switchboard.ids import new_id, token_hash
+from switchboard.errors import SwitchboardError, invalid, not_found
+from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Reply
 from switchboard.plugins import UnknownKind
-from switchboard.provider import Address, ConnectionKind, PostResult, ReplyPost
-from switchboard.reply_statements import Candidate, Context, Recorded
+from switchboard.provider import Address, PostResult, ReplyPost
+from switchboard.reply_statements import Recorded
 from switchboard.services import Services
 from switchboard.tenancy import Owner
 from switchboard.todos import reply_view
 
 log = logging.getLogger("switchboard.reply")
 
-TEXT_LIMIT_BYTES = 16 * 1024
-KEY_RE = re.compile(r"[\x20-\x7e]{1,128}")
 # The per-endpoint token bucket: a burst of 30, then one reply every 2 seconds.
 BUCKET_CAPACITY = statements.BUCKET_CAPACITY
 BUCKET_REFILL_PER_SECOND = statements.BUCKET_REFILL_PER_SECOND
@@ -65,15 +61,6 @@ DIAL_DEADLINE = 45.0
 SWEEP_INTERVAL = 10.0
 # A concurrent identical call waits this long for the winner's outcome.
 DUPLICATE_WAIT = PENDING_TIMEOUT.total_seconds() + 5
-
-
-def _refuse(code: str, message: str, **extra: Any) -> SwitchboardError:
-    return SwitchboardError(code, message, **extra)
-
-
-def reply_key(todo_id: str, text: str) -> str:
-    """The key of a call that brought none: the same text on the same todo is the same reply."""
-    return hashlib.sha256(f"{todo_id}\0{text}".encode()).hexdigest()
 
 
 def _outcome(row: Recorded, *, duplicate: bool) -> dict[str, Any]:
@@ -109,138 +96,6 @@ class _Ready:
     owner_scope: str = ""
 
 
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
-
-
-def _visible(char: str) -> bool:
-    """Not whitespace, a separator, a control or a format character (ZWSP, BOM, bidi marks)."""
-    return not char.isspace() and unicodedata.category(char) not in _INVISIBLE
-
-
-def _check_arguments(todo_id: object, text: object, idempotency_key: object, lease_token: object) -> str:
-    if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
-        raise not_found("todo")
-    if not isinstance(text, str) or not any(_visible(c) for c in text):
-        # Zero-width spaces, BOMs and control characters alone would post an empty-looking comment.
-        raise invalid("text must not be empty")
-    if len(text.encode("utf-8", errors="surrogatepass")) > TEXT_LIMIT_BYTES:
-        raise invalid(f"text must be at most {TEXT_LIMIT_BYTES} bytes (16 KiB)")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not KEY_RE.fullmatch(idempotency_key)
-    ):
-        raise invalid("idempotency_key must be 1 to 128 printable ASCII characters")
-    if lease_token is not None and (not isinstance(lease_token, str) or not 1 <= len(lease_token) <= 200):
-        raise invalid("lease_token must be a non-empty string")
-    return idempotency_key if idempotency_key is not None else reply_key(todo_id, text)
-
-
-def _check_state(
-    todo_id: str,
-    todo: Context,
-    endpoint: Endpoint,
-    now: datetime,
-    grace_seconds: int,
-    lease_token: str | None,
-) -> None:
-    if todo.state == "held":
-        # Quarantined work is invisible to agents (docs/routing.md): it does not exist for them.
-        raise not_found(f"todo {todo_id!r}")
-    if todo.state == "pending":
-        raise _refuse("not_claimed", "claim the todo before replying to it")
-    if todo.state == "claimed":
-        if todo.lease_expires_at is not None and todo.lease_expires_at <= now:
-            raise _refuse("not_claimed", "the todo's lease has expired; claim it again to reply")
-        _check_fence(todo_id, todo.lease_token_hash, lease_token)
-        return
-    # Finished: the claim a token fenced is over (its hash is cleared), so a token is not checked;
-    # the grace window belongs to the endpoint that finished the todo.
-    if todo.finished_by != endpoint.id or todo.finished_at is None:
-        raise _refuse("reply_window_closed", "the todo was not finished by this endpoint")
-    if now - todo.finished_at > timedelta(seconds=grace_seconds):
-        raise _refuse(
-            "reply_window_closed",
-            f"replies are accepted for {grace_seconds} seconds after the todo is completed or failed",
-        )
-
-
-def _check_fence(todo_id: str, lease_token_hash: str | None, lease_token: str | None) -> None:
-    """A fenced claim's worker must present its lease_token, exactly as ``complete`` requires: a
-    superseded worker (its lease expired and another claim took the todo) is refused ``conflict``
-    rather than posting in the new holder's name."""
-    if lease_token_hash is not None:
-        if lease_token is None:
-            raise conflict(f"todo {todo_id} is claimed with fencing: pass its lease_token")
-        if token_hash(lease_token) != lease_token_hash:
-            raise conflict(f"lease_token does not match the current claim of todo {todo_id}")
-    elif lease_token is not None:
-        raise conflict(f"lease_token does not match the current claim of todo {todo_id}")
-
-
-def _choose_connection(
-    services: Services, ctx: Context, endpoint: Endpoint, address: Address
-) -> tuple[Candidate, ConnectionKind]:
-    """The todo's owner scope's one connection serving this address (docs/replying.md, "Which
-    credential is used"). ``ctx.candidates`` are every connection of that scope: the todo is the
-    calling endpoint's own, so its owner is the endpoint's."""
-    missing = _refuse(
-        "no_connection",
-        f"the todo's owner has no {address.provider} connection for {address.display}; "
-        "the owner can add one (switchboard connection add, the API or the web UI)",
-    )
-    try:
-        kind = services.providers.connection(address.provider)
-    except UnknownKind:
-        raise missing from None
-    matching = []
-    for row in ctx.candidates:
-        if row.kind != kind.name:
-            continue
-        try:
-            matches = kind.account_matches(row.account_key, address)
-        except (KeyError, TypeError, ValueError):
-            matches = False
-        if matches:
-            matching.append(row)
-    if not matching:
-        raise missing
-    if len(matching) > 1:
-        # Never a pick: the first-created connection would post to whichever instance it serves.
-        # Exact addresses match one account key at most; this is an address stored before
-        # addresses carried their instance base, or a provider whose rule matches loosely.
-        names = ", ".join(repr(row.name) for row in matching)
-        raise _refuse(
-            "no_connection",
-            f"the address {address.display} is ambiguous: connections {names} all match it, "
-            "so no reply is sent (the todo predates exact instance addresses, or the provider's "
-            "account rule is loose)",
-        )
-    chosen = matching[0]
-    if chosen.targets:
-        try:
-            target = kind.target_of(address)
-        except (KeyError, TypeError, ValueError):
-            target = ""
-        if not any(fnmatchcase(target, glob) for glob in chosen.targets):
-            raise _refuse(
-                "target_not_allowed",
-                f"connection {chosen.name!r} does not allow replies to {target or address.display}",
-            )
-    if chosen.endpoints and endpoint.id not in chosen.endpoints:
-        raise _refuse("target_not_allowed", f"connection {chosen.name!r} is not open to this endpoint")
-    return chosen, kind
-
-
-def _rate_limited_bucket(tokens: float) -> SwitchboardError:
-    wait = statements.wait_for_token(tokens)
-    return _refuse("rate_limited", f"this endpoint is replying too fast; retry in {wait} s", retry_after=wait)
-
-
-def _cap_reached(cap: int) -> SwitchboardError:
-    return _refuse(
-        "rate_limited", f"this todo has had its {cap} replies; no more are accepted", retry_after=None
-    )
-
-
 def _prepare_steps(
     services: Services,
     endpoint: Endpoint,
@@ -262,40 +117,40 @@ def _prepare_steps(
     if ctx.existing is not None:
         return ctx.existing
     if not ctx.reply_to:
-        raise _refuse(
+        raise checks.refuse(
             "no_reply_address",
             "this todo has no reply address (only a verified delivery from a conversation has one)",
         )
     try:
         address = Address.from_dict(ctx.reply_to)
     except (KeyError, TypeError):
-        raise _refuse("no_reply_address", "this todo's reply address is unreadable") from None
-    _check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
-    connection, kind = _choose_connection(services, ctx, endpoint, address)
+        raise checks.refuse("no_reply_address", "this todo's reply address is unreadable") from None
+    checks.check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
+    connection, kind = checks.choose_connection(services, ctx, endpoint, address)
     body = text.strip()
     if len(body) > kind.text_limit:
         raise invalid(f"text must be at most {kind.text_limit} characters for {kind.name}")
     rule = secretscan.scan(body, services.providers.secret_rules)
     if rule is not None:
         services.metrics.inc("switchboard_secret_blocks_total", rule=rule.id)
-        raise _refuse(
+        raise checks.refuse(
             "secret_detected",
             f"the text contains what looks like a secret (rule {rule.id}); remove it and retry",
             rule=rule.id,
         )
     if connection.blocked_until is not None and connection.blocked_until > now:
         wait = math.ceil((connection.blocked_until - now).total_seconds())
-        raise _refuse(
+        raise checks.refuse(
             "rate_limited",
             f"the provider rate-limited connection {connection.name!r}; retry in {wait} s",
             retry_after=wait,
         )
     cap = services.settings.reply_todo_cap
     if ctx.replies >= cap:
-        raise _cap_reached(cap)
+        raise checks.cap_reached(cap)
     tokens = statements.tokens_now(ctx.bucket_tokens, ctx.bucket_at, now)
     if tokens < 1.0:
-        raise _rate_limited_bucket(tokens)
+        raise checks.rate_limited_bucket(tokens)
     secret = open_secret(services, connection)
     ready = _Ready(
         new_id("rp"),
@@ -344,10 +199,10 @@ def _prepare_steps(
         # A concurrent reply changed the bucket, or filled the todo's cap, since the read: decide
         # again from the locked rows.
         if (yield from statements.replies_now(todo_id)) >= cap:
-            raise _cap_reached(cap)
+            raise checks.cap_reached(cap)
         tokens = yield from statements.lock_bucket(dialect, endpoint.id, now)
         if tokens < 1.0:
-            raise _rate_limited_bucket(tokens)
+            raise checks.rate_limited_bucket(tokens)
         yield from statements.spend_locked(endpoint.id, tokens, now)
         yield from statements.insert_pending(pending)
     return ready
@@ -519,7 +374,7 @@ async def send_reply(
 ) -> dict[str, Any]:
     """Post ``text`` to the todo's reply address; see the module docstring and docs/replying.md."""
     try:
-        key = _check_arguments(todo_id, text, idempotency_key, lease_token)
+        key = checks.check_arguments(todo_id, text, idempotency_key, lease_token)
         try:
             prepared = await _prepare(services, endpoint, todo_id, text, key, lease_token)
         except DBAPIError as exc:
