@@ -34,7 +34,8 @@ from switchboard.delivery_signing import REDELIVERABLE, TESTABLE, hello_delivery
 from switchboard.errors import SwitchboardError, conflict, not_found
 from switchboard.ingest_answers import Refusal
 from switchboard.ingest_config import WebhookConfig, config_by_token_hash
-from switchboard.ingest_writer import IngestWriter, Rows
+from switchboard.ingest_statements import Rows
+from switchboard.ingest_writer import IngestWriter
 from switchboard.models import DeliveryRecord, Endpoint, Event, Todo, Webhook
 from switchboard.paging import Page, check_page, stamp
 from switchboard.provider import Delivery

@@ -40,8 +40,9 @@ from switchboard.ingest_admission import Admission, RateLimiter
 from switchboard.ingest_answers import Outcome, Refusal, accepted, duplicate
 from switchboard.ingest_config import ConfigCache, WebhookConfig, listen_for_changes
 from switchboard.ingest_retention import EVENT_RETENTION, prune_events
+from switchboard.ingest_statements import Rows
 from switchboard.ingest_steps import MAX_BODY_BYTES, address_for
-from switchboard.ingest_writer import IngestWriter, Result, Rows
+from switchboard.ingest_writer import IngestWriter, Result
 from switchboard.intake import Plan, answered
 from switchboard.logs import ACCESS_NOTE
 from switchboard.provider import Delivery

@@ -25,7 +25,7 @@ How the writer knows "as it is now" cheaply: ``webhooks.config_version``, which 
 triggers move on whenever a webhook, one of its routes or an endpoint it delivers to changes
 (migration 0010), whoever made the change (this process, another one, the CLI, raw SQL). The writer
 reads that one number per webhook of its batch, share-locked on PostgreSQL (there inside the batch's
-one statement, ``ingest_writer._pg_batch``): a change to a route or an endpoint updates the webhooks
+one statement, ``ingest_statements.pg_batch``): a change to a route or an endpoint updates the webhooks
 it concerns, so it meets that same lock. Before it, the writer read
 every column of the webhook, its owner endpoint and its routes' endpoints again, in two joined
 statements that share-locked all of those rows; one narrow statement instead gave 6-10% more

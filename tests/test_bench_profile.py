@@ -22,7 +22,7 @@ HANDLER = "handle_webhook (switchboard/ingest.py:525);"
 WRITER = "thread (2): Thread-4 (_connection_worker_thread);_connection_worker_thread (aiosqlite/core.py:60);"
 RAW = [
     LOOP + HANDLER + "verify (switchboard/ingest_steps.py:118);json_object (switchboard/provider.py:400) 6",
-    LOOP.replace(":600", ":601") + HANDLER.replace(":525", ":530") + "intake (switchboard/ingest_steps.py:253) 3",
+    LOOP.replace(":600", ":601") + HANDLER.replace(":525", ":5") + "intake (switchboard/ingest_steps.py:9) 3",
     LOOP + "IngestWriter._commit (switchboard/ingest_writer.py:274) 1",
     WRITER + "drive (switchboard/direct.py:190) 4",
     "not a sample line",

@@ -25,7 +25,8 @@ from switchboard import deliveries, ingest_steps, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
 from switchboard.ingest import INGEST_WRITER
-from switchboard.ingest_writer import IngestWriter, Rows
+from switchboard.ingest_statements import Rows
+from switchboard.ingest_writer import IngestWriter
 from switchboard.models import Event, Todo
 from switchboard.sanitize import json_text
 from switchboard.services import Services
