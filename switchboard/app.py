@@ -22,6 +22,7 @@ from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, qu
 from switchboard import web as web_ui
 from switchboard.checkpoints import Checkpointer
 from switchboard.db import is_unavailable
+from switchboard.provider import same
 from switchboard.services import SERVICES, Services, build_services, services_of
 
 __all__ = ["Services", "background_jobs", "build_services", "make_app"]
@@ -173,12 +174,27 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics_view(request: web.Request) -> web.Response:
+    token = services_of(request).settings.metrics_token
+    if token is not None and not _bearer_is(request, token.get_secret_value()):
+        # The same answer for a missing and a wrong token, and neither is logged or echoed.
+        return web.json_response(
+            {"error": "unauthorized", "message": "/metrics needs the bearer token SWITCHBOARD_METRICS_TOKEN"},
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
     return web.Response(
         text=services_of(request).metrics.render(),
         content_type="text/plain",
         charset="utf-8",
         headers={"Cache-Control": "no-store"},
     )
+
+
+def _bearer_is(request: web.Request, token: str) -> bool:
+    """Whether the request's ``Authorization`` is ``Bearer <token>``, compared in constant time
+    (``provider.same`` never raises, whatever bytes the header holds)."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and same(given.strip(), token)
 
 
 @web.middleware

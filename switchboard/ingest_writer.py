@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ from switchboard.services import Services
 log = logging.getLogger("switchboard.ingest")
 
 MAX_BATCH = 256
+
+# The group commit as /metrics shows it (described in ``metrics.standard``).
+TRANSACTIONS_METRIC = "switchboard_ingest_transactions_total"
+BATCH_METRIC = "switchboard_ingest_batch_deliveries"
+COMMIT_METRIC = "switchboard_ingest_commit_seconds"
 
 
 @dataclass(frozen=True)
@@ -131,10 +137,14 @@ class IngestWriter:
 
     async def _store(self, batch: list[_Pending]) -> None:
         """Commit ``batch``, splitting it on a failure that is not an outage; then ring."""
+        metrics = self.services.metrics
+        started = time.perf_counter()
         try:
             statuses, folded = await self._transaction([p.rows for p in batch])
         except Exception as exc:
-            if is_unavailable(exc):
+            outage = is_unavailable(exc)
+            metrics.inc(TRANSACTIONS_METRIC, outcome="unavailable" if outage else "failed")
+            if outage:
                 for pending in batch:
                     pending.result = Result("unavailable", exc)
             elif len(batch) == 1:
@@ -151,6 +161,10 @@ class IngestWriter:
             return
         self.batches += 1
         self.deliveries += len(batch)
+        # Per transaction, not per delivery: what an operator watches the group commit by.
+        metrics.inc(TRANSACTIONS_METRIC, outcome="committed")
+        metrics.observe(BATCH_METRIC, len(batch))
+        metrics.observe(COMMIT_METRIC, time.perf_counter() - started)
         for pending, status in zip(batch, statuses, strict=True):
             mine = {str(t["id"]): folded[str(t["id"])] for t in pending.rows.todos if str(t["id"]) in folded}
             pending.result = Result(status, folded=mine)

@@ -11,6 +11,9 @@ from collections import defaultdict
 
 DEFAULT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# Deliveries per group-commit transaction: 1 when idle, up to the writer's 256 under load.
+BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -81,6 +84,20 @@ def standard() -> Metrics:
     m = Metrics()
     m.describe("switchboard_ingest_total", "counter", "Webhook deliveries by source, status and disposition.")
     m.describe("switchboard_ingest_seconds", "histogram", "Time from request to acknowledgement.")
+    m.describe(
+        "switchboard_ingest_transactions_total",
+        "counter",
+        "Ingest's group-commit transactions, by outcome (committed, unavailable, failed).",
+    )
+    m.describe(
+        "switchboard_ingest_batch_deliveries",
+        "histogram",
+        "Deliveries stored by one committed group-commit transaction.",
+        buckets=BATCH_BUCKETS,
+    )
+    m.describe(
+        "switchboard_ingest_commit_seconds", "histogram", "Time one committed group-commit transaction took."
+    )
     m.describe("switchboard_todos_created_total", "counter", "Todos minted, by source.")
     m.describe("switchboard_todo_transitions_total", "counter", "Todo verbs applied, by verb.")
     m.describe("switchboard_doorbells_total", "counter", "Doorbell rings, by outcome.")

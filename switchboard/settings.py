@@ -20,6 +20,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "SWITCHBOARD_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 PLUGIN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A scraper's bearer token for /metrics: long enough to be a secret, and what a header can carry.
+METRICS_TOKEN_RE = re.compile(r"[\x21-\x7e]{16,200}")
 
 
 class ConfigError(Exception):
@@ -71,6 +73,9 @@ class Settings(BaseSettings):
     rule_budget_ms: int = Field(1000, ge=10, le=60_000)
     rule_workers: int = Field(2, ge=1, le=64)
     log_level: str = "INFO"
+    # The bearer token ``GET /metrics`` requires (``Authorization: Bearer …``). Unset, /metrics
+    # answers whoever reaches the port, and its series name every tenant's webhooks (their refusals).
+    metrics_token: SecretStr | None = None
 
     @field_validator("database_url")
     @classmethod
@@ -107,6 +112,19 @@ class Settings(BaseSettings):
             raise ValueError("must be base64 (run `switchboard keygen` for one)") from None
         if len(raw) != 32:
             raise ValueError("must decode to exactly 32 bytes (run `switchboard keygen` for one)")
+        return value
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if not METRICS_TOKEN_RE.fullmatch(value.get_secret_value()):
+            # The message never repeats the value: it is a secret.
+            raise ValueError(
+                "must be 16 to 200 visible ASCII characters without spaces "
+                "(`switchboard keygen` prints one that will do)"
+            )
         return value
 
     @field_validator("outbound_allow_cidrs", "trusted_proxies")

@@ -133,6 +133,16 @@ async def test_a_poison_delivery_is_answered_503_and_its_batch_neighbours_are_st
     async with services.db.read() as s:
         keys = set((await s.scalars(select(Event.delivery_key))).all())
     assert "d-bad" not in keys and {f"d-{n}" for n in range(12)} <= keys
+    # /metrics shows the group commit: the failed transactions of the split, and every stored
+    # delivery in exactly one committed one.
+    metrics = services.metrics
+    assert metrics.value("switchboard_ingest_transactions_total", outcome="failed") >= 2
+    committed = metrics.value("switchboard_ingest_transactions_total", outcome="committed")
+    assert committed == server.app[INGEST_WRITER].batches >= 2
+    text = metrics.render()
+    assert f"switchboard_ingest_batch_deliveries_count {committed:g}\n" in text
+    assert "switchboard_ingest_batch_deliveries_sum 13\n" in text
+    assert f"switchboard_ingest_commit_seconds_count {committed:g}\n" in text
 
 
 async def test_two_copies_in_one_batch_store_one_and_answer_the_other_as_its_duplicate(
@@ -220,6 +230,9 @@ async def test_while_the_database_is_unreachable_every_waiting_delivery_is_answe
         services.db = real
     assert [(status, answer["error"]) for status, answer, _ in answers] == [(503, "unavailable")] * 6
     assert await counts(services) == (0, 0)
+    transactions = "switchboard_ingest_transactions_total"
+    assert services.metrics.value(transactions, outcome="unavailable") >= 1
+    assert services.metrics.value(transactions, outcome="committed") == 0
     # The writer carries on once the database is back.
     status, answer, _ = await post(base_url, token, *_generic("again"))
     assert status == 202 and answer["created"] == 1

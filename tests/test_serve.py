@@ -105,3 +105,29 @@ async def test_serve_at_debug_without_a_key_logs_no_secret(
     signature = headers["X-Hub-Signature-256"].split("=")[1]
     for secret in (hook["secret"], vended["token"], human_token, ingest_token, signature):
         assert secret not in logs
+
+
+async def test_serve_with_a_metrics_token_keeps_metrics_to_the_scraper(
+    switchboard_serve: ServeProcesses, tmp_path: Path
+) -> None:
+    token = "scraper-token-0123456789abcdef"
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sb.db'}"
+    sb = await switchboard_serve.start({"database_url": url, "log_level": "DEBUG", "metrics_token": token})
+    sb.secrets.append(token)
+    async with aiohttp.ClientSession(base_url=sb.base_url) as http:
+        async with http.get("/metrics") as resp:
+            assert resp.status == 401
+            assert (await resp.json())["error"] == "unauthorized"
+        async with http.get("/metrics", headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == 200
+            assert "# TYPE switchboard_ingest_total counter" in await resp.text()
+    assert await sb.stop() == 0
+    log = sb.check_log()
+    assert "/metrics answers anyone" not in log
+
+    # Without one, the server says at start that /metrics is open.
+    open_one = await switchboard_serve.start({"database_url": url}, name="open")
+    async with aiohttp.ClientSession(base_url=open_one.base_url) as http, http.get("/metrics") as resp:
+        assert resp.status == 200
+    assert await open_one.stop() == 0
+    assert "/metrics answers anyone who reaches this port" in open_one.check_log()

@@ -81,6 +81,11 @@ def serve(as_json: bool) -> None:
     logging.getLogger("switchboard").info(
         "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
     )
+    if settings.metrics_token is None:
+        # Its series name every tenant's webhooks: say so where an operator looks first.
+        logging.getLogger("switchboard").info(
+            "/metrics answers anyone who reaches this port (SWITCHBOARD_METRICS_TOKEN asks for a token)"
+        )
     app = make_app(services)
     app.on_startup.append(_settle_garbage_collector)
     try:
