@@ -25,7 +25,11 @@ from bench.render import render
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Each run starts and ends with ``bench.probe``: the machine's speed, so a slow phase shows.
+PROBE_START = ("probe", ["--label", "start"])
+PROBE_END = ("probe", ["--label", "end"])
 FULL: list[tuple[str, list[str]]] = [
+    PROBE_START,
     (
         "ingest",
         [
@@ -52,8 +56,10 @@ FULL: list[tuple[str, list[str]]] = [
     ("doorbell", ["--db", "both", "--deliveries", "200"]),
     ("reply", ["--db", "both", "--replies", "200"]),
     ("crash", ["--db", "both", "--deliveries", "1500", "--senders", "16", "--kills", "5"]),
+    PROBE_END,
 ]
 QUICK: list[tuple[str, list[str]]] = [
+    PROBE_START,
     ("ingest", ["--db", "both", "--quick", "--processes", "1,2"]),
     ("claim", ["--db", "both", "--quick"]),
     ("calls", ["--db", "both", "--quick"]),
@@ -61,12 +67,24 @@ QUICK: list[tuple[str, list[str]]] = [
     ("doorbell", ["--db", "both", "--deliveries", "20"]),
     ("reply", ["--db", "both", "--quick"]),
     ("crash", ["--db", "both", "--quick"]),
+    PROBE_END,
 ]
 TIME_LIMIT = 25 * 60
 
 
 def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plan(quick: bool, only: list[str]) -> list[tuple[str, list[str]]]:
+    """The benchmarks to run, in order: all of them, or those ``only`` names. The probes run
+    whatever else is chosen: a figure without the machine's speed beside it cannot be told from a
+    slow phase."""
+    return [
+        (name, argv)
+        for name, argv in (QUICK if quick else FULL)
+        if not only or name in only or name == "probe"
+    ]
 
 
 def main() -> None:
@@ -81,11 +99,8 @@ def main() -> None:
             p.error(f"{args.render} is not a file")
         print(render(load(args.render)))
         return
-    plan = [
-        (name, argv) for name, argv in (QUICK if args.quick else FULL) if not args.only or name in args.only
-    ]
     failed = []
-    for name, argv in plan:
+    for name, argv in plan(args.quick, args.only):
         print(f"\n#### bench.{name} {' '.join(argv)}", flush=True)
         started = time.monotonic()
         try:

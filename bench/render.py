@@ -33,8 +33,31 @@ def machine_line(rows: list[dict[str, Any]]) -> list[str]:
     m = rows[-1]["machine"]
     return [
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python {m['python']}, "
-        f"SQLite {m['sqlite']}; run {m['date']} (1-minute load average at the end: {m['loadavg_1m']})."
+        f"SQLite {m['sqlite']}; run {m['date']} (1-minute load average at the end: {m['loadavg_1m']}).",
+        *probe_line([r for r in rows if r["benchmark"] == "probe"]),
     ]
+
+
+# ``bench.probe``'s figures, as the header names them.
+PROBES = (
+    ("python_us", "Python (orjson's read of a 15 KB payload, walked)"),
+    ("socket_us", "40 KB over TCP on 127.0.0.1"),
+    ("postgresql_us", "a PostgreSQL `SELECT 1`"),
+)
+
+
+def probe_line(probes: list[dict[str, Any]]) -> list[str]:
+    """The machine's speed at each probe (``bench.probe``: the run's start and end), so that a run
+    made in a slow phase shows it."""
+    if not probes:
+        return []
+    labels = " → ".join(str(p["probe"]) for p in probes)
+    parts = [
+        f"{text} {' → '.join(f'{float(p[key]):g}' for p in probes)} µs"
+        for key, text in PROBES
+        if all(key in p for p in probes)
+    ]
+    return ["", f"Speed probes ({labels}; bench/probe.py): {'; '.join(parts)}."]
 
 
 def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
