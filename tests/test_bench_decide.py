@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from fixtures.bench_kit import run_bench
 
 
 def _decide(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 (this interpreter, our own module)
-        [sys.executable, "-m", "bench.decide", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    return run_bench("decide", *argv, timeout=300)
 
 
 def test_it_measures_both_halves_on_sqlite(tmp_path: Path) -> None:

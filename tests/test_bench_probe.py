@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from fixtures.bench_kit import run_bench
 
 from bench.all import plan
 from bench.render import probe_line, render
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _probe(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 (this interpreter, our own module)
-        [sys.executable, "-m", "bench.probe", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return run_bench("probe", *argv, timeout=120)
 
 
 def test_it_measures_python_and_the_socket_without_a_database(tmp_path: Path) -> None:

@@ -5,16 +5,14 @@ clear line, not a traceback."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fixtures.bench_kit import run_bench
 
 from bench import profile
 from bench.profile import STEPS, Profile, checked_steps, frame_pattern
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # py-spy's raw format: one stack a line (thread first, outermost frame next), then its count.
 LOOP = "thread (1): MainThread;run (asyncio/base_events.py:600);"
@@ -78,9 +76,7 @@ def test_a_missing_sampler_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, t
     ],
 )
 def test_a_bad_argument_is_a_usage_error(argv: list[str], said: str) -> None:
-    done = subprocess.run(  # noqa: S603 (this interpreter, our own module)
-        [sys.executable, "-m", "bench.profile", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    done = run_bench("profile", *argv, timeout=60)
     assert done.returncode == 2
     assert said in done.stderr and "Traceback" not in done.stderr
 
