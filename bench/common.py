@@ -112,7 +112,12 @@ class BenchDatabase:
     @property
     def asyncpg_dsn(self) -> str:
         """The same database as a plain ``postgresql://`` DSN (for asyncpg and the baseline queue)."""
-        return make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        return asyncpg_dsn(self.url)
+
+
+def asyncpg_dsn(url: str) -> str:
+    """A SQLAlchemy ``postgresql+asyncpg://`` URL as the plain ``postgresql://`` DSN asyncpg takes."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @contextlib.asynccontextmanager

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 import asyncpg
 import orjson
 
-from bench.common import FIXTURES, BenchDatabase, Report, machine, parser, pg_admin_url, run
+from bench.common import FIXTURES, Report, asyncpg_dsn, machine, parser, pg_admin_url, run
 
 PAYLOAD = FIXTURES / "github" / "issue_comment" / "created.payload.json"
 SOCKET_BYTES = 40 * 1024
@@ -99,8 +99,7 @@ def socket_us() -> float:
 
 
 async def postgresql_us() -> float:
-    dsn = BenchDatabase("postgresql", pg_admin_url(), Path()).asyncpg_dsn
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(asyncpg_dsn(pg_admin_url()))
     try:
         for _ in range(REPEATS // 10):
             await conn.fetchval("SELECT 1")

@@ -20,6 +20,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, quarantine, reply, reseal, todos
 from switchboard import web as web_ui
+from switchboard.bearers import bearer_token
 from switchboard.checkpoints import Checkpointer
 from switchboard.db import is_unavailable
 from switchboard.provider import same
@@ -175,7 +176,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def metrics_view(request: web.Request) -> web.Response:
     token = services_of(request).settings.metrics_token
-    if token is not None and not _bearer_is(request, token.get_secret_value()):
+    # Compared in constant time; ``provider.same`` never raises, whatever bytes the header holds.
+    if token is not None and not same(bearer_token(request.headers), token.get_secret_value()):
         # The same answer for a missing and a wrong token, and neither is logged or echoed.
         return web.json_response(
             {"error": "unauthorized", "message": "/metrics needs the bearer token SWITCHBOARD_METRICS_TOKEN"},
@@ -188,13 +190,6 @@ async def metrics_view(request: web.Request) -> web.Response:
         charset="utf-8",
         headers={"Cache-Control": "no-store"},
     )
-
-
-def _bearer_is(request: web.Request, token: str) -> bool:
-    """Whether the request's ``Authorization`` is ``Bearer <token>``, compared in constant time
-    (``provider.same`` never raises, whatever bytes the header holds)."""
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and same(given.strip(), token)
 
 
 @web.middleware

@@ -10,6 +10,8 @@ refused tool call (bench/HISTORY.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sqlalchemy import bindparam, select
 
 from switchboard.db import Database
@@ -23,6 +25,14 @@ _ENDPOINT_BY_TOKEN = select(*mapped_columns(Endpoint)).where(
 _HUMAN_BY_TOKEN = select(*mapped_columns(Human)).where(
     Human.__table__.c.token_hash == bindparam("token_hash"), Human.__table__.c.revoked_at.is_(None)
 )
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case), or None
+    when the header is missing, names another scheme or carries no token."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _endpoint(hashed: str) -> Steps[Endpoint | None]:

@@ -51,9 +51,7 @@ async def test_without_the_token_it_is_401_and_shows_nothing(
     assert status == 401
     assert headers["WWW-Authenticate"] == 'Bearer realm="metrics"'
     assert headers["Content-Type"].startswith("application/json")
-    assert "wh_someone_else" not in text and "switchboard_" not in text.replace(
-        "SWITCHBOARD_METRICS_TOKEN", ""
-    )
+    assert "wh_someone_else" not in text and "switchboard_" not in text
     assert "SWITCHBOARD_METRICS_TOKEN" in text
     assert TOKEN not in text and TOKEN not in caplog.text
 

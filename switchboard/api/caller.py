@@ -14,6 +14,7 @@ from aiohttp import web
 from sqlalchemy import select
 
 from switchboard import tenancy
+from switchboard.bearers import bearer_token
 from switchboard.errors import SwitchboardError, not_found
 from switchboard.models import Human, Membership, Team
 from switchboard.services import services_of
@@ -87,11 +88,9 @@ class Caller:
 async def authenticate(request: web.Request) -> Caller:
     """The caller behind the request's human token; ``Unauthorized`` without a valid one (an
     endpoint's ``sbk_`` token is not a human's)."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
+    token = bearer_token(request.headers)
     human = None
-    if scheme.lower() == "bearer" and token:
+    if token is not None:
         human = await tenancy.human_by_token(services_of(request).db, token)
     if human is None:
         raise Unauthorized

@@ -18,12 +18,13 @@ from typing import Any
 from switchboard import humans
 from switchboard.api.openapi import TIMESTAMP, obj, ref
 from switchboard.api.routing import Operation, Request
+from switchboard.bearers import bearer_token
 from switchboard.tenancy import human_view
 
 
 def _bearer(req: Request) -> str:
     """The token this request was authenticated with (``authenticate`` accepted it moments ago)."""
-    return req.web.headers.get("Authorization", "").partition(" ")[2].strip()
+    return bearer_token(req.web.headers) or ""
 
 
 async def me(req: Request) -> tuple[int, dict[str, Any]]:

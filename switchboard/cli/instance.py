@@ -84,7 +84,8 @@ def serve(as_json: bool) -> None:
     if settings.metrics_token is None:
         # Its series name every tenant's webhooks: say so where an operator looks first.
         logging.getLogger("switchboard").info(
-            "/metrics answers anyone who reaches this port (SWITCHBOARD_METRICS_TOKEN asks for a token)"
+            "/metrics answers anyone who reaches this port; "
+            "set SWITCHBOARD_METRICS_TOKEN to require a bearer token"
         )
     app = make_app(services)
     app.on_startup.append(_settle_garbage_collector)

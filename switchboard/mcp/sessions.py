@@ -36,6 +36,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from sqlalchemy import select
 
 from switchboard import tenancy
+from switchboard.bearers import bearer_token
 from switchboard.db import is_unavailable
 from switchboard.mcp import tool_calls
 from switchboard.mcp.bridge import jsonrpc_error, run_asgi
@@ -179,10 +180,8 @@ class McpService:
     # -- requests ----------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = bearer_token(request.headers)
+        if token is None:
             return _unauthorized("an endpoint token is required: Authorization: Bearer sbk_…")
         # Already read, whole, within the server's body rule (switchboard.bodies): from memory.
         too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
