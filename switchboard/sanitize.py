@@ -60,15 +60,29 @@ _FRESH: ContextVar[tuple[Any, bool]] = ContextVar("switchboard_fresh_json", defa
 
 def read_by_orjson(value: Any, *, shallow: bool = False) -> None:
     """Note ``value`` as just read from JSON text by orjson (``storable_encoded`` trusts it);
-    ``shallow``: ``sanitize.shallow(value)`` was found true."""
+    ``shallow``: it was seen to nest at most ``MAX_PAYLOAD_DEPTH`` deep (``within``)."""
     _FRESH.set((value, shallow))
 
 
-def shallow(value: Any) -> bool:
-    """Whether ``value``, a structure of JSON's values, surely nests at most ``MAX_PAYLOAD_DEPTH``
-    deep, judged from orjson's indented writing alone (``_indented_within``). False: it may nest deeper,
-    or orjson cannot write it (it refuses 255 levels and more)."""
-    return not isinstance(value, dict | list) or _indented_within(value, MAX_PAYLOAD_DEPTH)
+def indented(value: Any) -> bytes | None:
+    """orjson's writing of ``value`` with two spaces of indent per level (what ``within`` reads), or
+    None when orjson cannot write it (it refuses 255 levels and more)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def within(indented: bytes, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """Whether the value orjson wrote as ``indented`` surely nests at most ``limit`` deep.
+
+    Written with two spaces of indent per level, a value inside n open arrays and objects starts
+    its line with 2n spaces, and a string never holds a raw line break (JSON escapes it). So the
+    bracket that opens level ``limit + 1`` starts, or follows the key of, a line indented by
+    ``2 * limit`` spaces: without such a line the value is within the limit. Writing it again
+    indented and searching it took 10 µs where ``_nests_deeper`` took 24 on a 28 KB GitHub payload
+    (issue 12). False when there is such a line."""
+    return b"\n" + b" " * (2 * limit) not in indented
 
 
 def storable(payload: Any) -> Any:
@@ -160,20 +174,10 @@ def _within(payload: dict[Any, Any] | list[Any], encoded: bytes, limit: int) -> 
 
 
 def _indented_within(value: dict[Any, Any] | list[Any], limit: int) -> bool:
-    """Whether ``value`` surely nests at most ``limit`` deep, from orjson's indented writing.
-
-    Written with two spaces of indent per level, a value inside n open arrays and objects starts
-    its line with 2n spaces, and a string never holds a raw line break (JSON escapes it). So the
-    bracket that opens level ``limit + 1`` starts, or follows the key of, a line indented by
-    ``2 * limit`` spaces: without such a line the value is within the limit. Writing it again
-    indented and searching it took 10 µs where ``_nests_deeper`` took 24 on a 28 KB GitHub payload
-    (issue 12). False when there is such a line, or when orjson cannot write the value (it refuses
-    255 levels and more)."""
-    try:
-        indented = orjson.dumps(value, option=orjson.OPT_INDENT_2 | ORJSON_REFUSES)
-    except orjson.JSONEncodeError:
-        return False
-    return b"\n" + b" " * (2 * limit) not in indented
+    """Whether ``value`` surely nests at most ``limit`` deep, from orjson's indented writing
+    (``within``); False when orjson cannot write it."""
+    written = indented(value)
+    return written is not None and within(written, limit)
 
 
 # For ``_nests_deeper``: every bracket kept (as ``{`` / ``}``), and quotes; everything else deleted.

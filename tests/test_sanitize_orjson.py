@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from switchboard.provider import json_object
+from switchboard.provider import _has_exponent, json_object
 from switchboard.sanitize import (
     _FRESH,
     MAX_PAYLOAD_DEPTH,
@@ -98,6 +98,10 @@ def _nested(depth: int, inner: str = "1") -> str:
         b'{"a": 1, "b": 2, "a": 3}',
         b' \t\r\n{"ws": []} \n',
         b'{"text": "digits 12345678901234567890 in a string"}',
+        b'{"text": "e+ in a string, and 1e+5", "n": 5}',
+        b'{"text": "e+ in a string", "deep": [1, {"n": 12345678901234567890123}]}',
+        b'{"nested": [[{"n": 18446744073709551616}]], "float": 2.5}',
+        b'{"exp": 1e+20, "big": 1.5E300, "int": 9223372036854775807}',
         b'{"float": 1.0, "int": 1, "neg0": -0, "negf": -0.0, "exp": 1E2}',
         _nested(1500).encode(),
         _nested(1000).encode(),
@@ -117,6 +121,37 @@ def _nested(depth: int, inner: str = "1") -> str:
 )
 def test_json_object_reads_each_body_as_the_standard_library(body: bytes) -> None:
     assert _typed(json_object(body)) == _typed(_stdlib_json_object(body))
+
+
+@SETTINGS
+@given(
+    number=st.one_of(st.integers(max_value=-(2**63) - 1), st.integers(min_value=2**64)).filter(
+        lambda n: len(str(n)) < 300
+    )
+)
+def test_orjson_writes_an_integer_it_read_as_a_float_with_an_exponent(number: int) -> None:
+    """What ``provider._json_value`` rests on: an integer past 64 bits comes back from orjson as
+    a float, and orjson writes that float with ``e+`` (so a reading without ``e+`` is exact)."""
+    value = orjson.loads(f'{{"n": [{number}]}}')
+    assert isinstance(value["n"][0], float)
+    assert b"e+" in orjson.dumps(value, option=orjson.OPT_INDENT_2)
+
+
+@pytest.mark.parametrize(
+    ("written", "found"),
+    [
+        (b"", False),
+        (b"+", False),
+        (b"e+", True),
+        (b'{"a": "x+y", "b": "a+", "c": 1}', False),
+        (b'{"a": "x+y", "b": 1.8446744073709552e+19}', True),
+        (b'{"a": "one+", "b": "time+"}', True),
+        (b'{"a": "++e", "b": "+e+"}', True),
+    ],
+)
+def test_the_exponent_search_finds_e_plus_wherever_it_is(written: bytes, found: bool) -> None:
+    assert _has_exponent(written) is found
+    assert _has_exponent(written) is (b"e+" in written)
 
 
 json_texts = st.recursive(
