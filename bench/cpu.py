@@ -7,7 +7,9 @@ per process, does not, so the ingest and claim rows report it next to their rate
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -67,11 +69,26 @@ def postgres_cpu_seconds() -> float | None:
     return total if found else None
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU time so far that the machine's cores spent on anything but waiting (``/proc/stat``'s
+    first line: user, nice, system, irq, softirq and steal, not idle or iowait), summed over its
+    cores; None off Linux."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
 @dataclass
 class CpuMeter:
     """CPU used between ``start()`` and ``per(n)`` by a server process, by this process (the
     benchmark's clients; ``client=False`` when the load comes from elsewhere, such as wrk) and by
-    the local PostgreSQL (``database``), in milliseconds per unit of work."""
+    the local PostgreSQL (``database``), in milliseconds per unit of work.
+    """
 
     server_pid: int | None = None
     database: bool = False
@@ -107,3 +124,57 @@ class CpuMeter:
             if before is not None and after is not None:
                 out[f"{who}_cpu_ms_per_{unit}"] = round((after - before) * 1000 / units, 3)
         return out
+
+
+class MachineSampler:
+    """How busy the whole machine's cores were while a load ran (``machine_busy_pct``, 100 = every
+    core busy all the time): the sender, the server, the database and the kernel together.
+
+    On a machine whose cores they share, a rate is bound by that share as much as by the server's
+    own CPU: what is idle is all a faster server could still take. A meter over the whole row would
+    also count the sender's preparation (wrk reads its bodies before the first request), so this
+    samples ``/proc/stat`` and the server's CPU every ``interval`` seconds and keeps the intervals
+    in which the server was loaded: at least half as busy as in its busiest interval."""
+
+    def __init__(self, server_pids: tuple[int, ...], interval: float = 0.2) -> None:
+        self.server_pids, self.interval = server_pids, interval
+        self._samples: list[tuple[float, float, float]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        busy = machine_busy_seconds()
+        server = [cpu_seconds(pid) for pid in self.server_pids]
+        if busy is None or any(s is None for s in server):
+            return None
+        return time.monotonic(), busy, sum(s or 0.0 for s in server)
+
+    async def _run(self) -> None:
+        while True:
+            sample = self._sample()
+            if sample is not None:
+                self._samples.append(sample)
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        self._samples.clear()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> dict[str, float]:
+        """``{"machine_busy_pct": …}`` over the loaded intervals, or ``{}`` when none was seen."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        last = self._sample()
+        samples = self._samples + ([last] if last is not None else [])
+        steps = [(b[0] - a[0], b[1] - a[1], b[2] - a[2]) for a, b in itertools.pairwise(samples)]
+        steps = [step for step in steps if step[0] > 0]
+        if not steps:
+            return {}
+        peak = max(server / wall for wall, _, server in steps)
+        loaded = [step for step in steps if peak > 0 and step[2] / step[0] >= peak / 2]
+        wall = sum(step[0] for step in loaded)
+        if wall <= 0:
+            return {}
+        busy = sum(step[1] for step in loaded)
+        return {"machine_busy_pct": round(100 * busy / (wall * (os.cpu_count() or 1)), 1)}

@@ -33,6 +33,7 @@ so every share compares like with like. SQLite is one process: its rows are meas
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -59,7 +60,7 @@ from bench.common import (
     run,
     server_processes,
 )
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, MachineSampler
 from bench.senders import DRIVERS, Signed, blast, signed_bodies, spread_blast, wrk_available
 from switchboard.db import Database
 from switchboard.intake_config import Caller, set_rules
@@ -130,15 +131,20 @@ async def timed_row(
     CPU (and PostgreSQL's with ``database``) over it. Returns the blast's result (with its todo
     ids) and the row's figures for the report."""
     meter = _meter(servers, database=database)
+    machine = MachineSampler(tuple(s.process.pid for s in servers))
     meter.start()
+    machine.start()
     result = await spread_blast(
         driver, http, urls, bodies, senders=senders, total=deliveries, seconds=seconds
     )
+    busy = await machine.stop()
     figures = {
         "driver": driver,
         "senders": senders,
         **row(result),
         **meter.per(int(result["sent"]), "request"),
+        **busy,
+        **_machine_per_request(busy, result),
         "server_peak_rss_mib": round(max(s.peak_rss_mib() or 0 for s in servers), 1),
     }
     return result, figures
@@ -171,12 +177,24 @@ async def ceiling(
                     report.add(engine="none", server=CEILING, processes=processes, **figures)
 
 
+def _machine_per_request(busy: dict[str, float], result: dict[str, Any]) -> dict[str, float]:
+    """The whole machine's CPU a request while loaded: its busy cores over the row's rate."""
+    rate = float(result.get("per_second") or 0)
+    if "machine_busy_pct" not in busy or rate <= 0:
+        return {}
+    cores = busy["machine_busy_pct"] / 100 * (os.cpu_count() or 1)
+    return {"machine_cpu_ms_per_request": round(cores * 1000 / rate, 3)}
+
+
 def _meter(servers: list[ServerProcess], database: bool = False) -> CpuMeter:
     """CPU of every server process (the load comes from elsewhere: wrk or this process's senders),
     and with ``database`` of the local PostgreSQL's processes too."""
     first, *others = servers
     return CpuMeter(
-        first.process.pid, client=False, database=database, other_pids=tuple(s.process.pid for s in others)
+        first.process.pid,
+        client=False,
+        database=database,
+        other_pids=tuple(s.process.pid for s in others),
     )
 
 

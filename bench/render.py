@@ -109,6 +109,8 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 "p99 ms",
                 "server CPU ms/request",
                 "PostgreSQL CPU ms/request",
+                "machine CPU ms/request",
+                "machine busy",
                 "other answers",
                 "server peak RSS MiB",
             ],
@@ -127,6 +129,8 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                     r.get("p99_ms"),
                     r.get("server_cpu_ms_per_request"),
                     r.get("database_cpu_ms_per_request"),
+                    r.get("machine_cpu_ms_per_request"),
+                    f"{r['machine_busy_pct']}%" if r.get("machine_busy_pct") is not None else None,
                     ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
                     r["server_peak_rss_mib"],
                 ]
@@ -154,7 +158,9 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         '"rules": the webhook\'s routing rules (10: every delivery evaluated by all ten, '
         "bench/ingest.py's RULES). "
         '"server CPU": the server process and its rule workers; "PostgreSQL CPU": every local '
-        "postgres process over the same interval."
+        'postgres process over the same interval; "machine CPU": every process on the machine and '
+        'the kernel, sender included; "machine busy": the share of all its cores that was busy '
+        "(what is idle is all a faster server could still take)."
     )
     for r in rows:
         if "check" in r:
