@@ -87,8 +87,7 @@ def machine_busy_seconds() -> float | None:
 class CpuMeter:
     """CPU used between ``start()`` and ``per(n)`` by a server process, by this process (the
     benchmark's clients; ``client=False`` when the load comes from elsewhere, such as wrk) and by
-    the local PostgreSQL (``database``), in milliseconds per unit of work.
-    """
+    the local PostgreSQL (``database``), in milliseconds per unit of work."""
 
     server_pid: int | None = None
     database: bool = False

@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import time
 import uuid
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -147,11 +148,25 @@ def test_orjson_writes_an_integer_it_read_as_a_float_with_an_exponent(number: in
         (b'{"a": "x+y", "b": 1.8446744073709552e+19}', True),
         (b'{"a": "one+", "b": "time+"}', True),
         (b'{"a": "++e", "b": "+e+"}', True),
+        (b'{"a": "' + b"x+" * 16 + b'"}', False),
     ],
 )
 def test_the_exponent_search_finds_e_plus_wherever_it_is(written: bytes, found: bool) -> None:
     assert _has_exponent(written) is found
     assert _has_exponent(written) is (b"e+" in written)
+
+
+def test_many_plus_signs_go_to_the_digit_check_rather_than_a_python_loop() -> None:
+    """Past 16 ``+`` the search gives up (True: maybe) and the one C pass of the digit check decides:
+    5 MiB of ``+`` in a string took a second of the event loop one ``+`` at a time."""
+    assert _has_exponent(b'{"a": "' + b"x+" * 17 + b'"}') is True
+    body = b'{"a": "' + b"+" * (5 * 1024 * 1024 - 20) + b'", "n": 12345678901234567890123}'
+    started = time.process_time()
+    value = json_object(body)
+    assert time.process_time() - started < 0.5
+    assert _typed(value) == _typed(_stdlib_json_object(body))
+    plain = b'{"a": "' + b"+" * 100_000 + b'", "n": 1}'
+    assert _typed(json_object(plain)) == _typed(_stdlib_json_object(plain))
 
 
 json_texts = st.recursive(
