@@ -379,9 +379,11 @@ class Database:
         to the next (``reply`` locks its todo, then inserts its pending row).
 
         ``generic_plans``: on a connection of the pool where PostgreSQL may keep a generic plan, for
-        statements that find their rows by key only. Left False (custom plans, planned per call)
-        for a statement whose best plan depends on the data, such as a claim's pick of the oldest
-        pending todos: a generic plan made while the table was small kept scanning it as it grew.
+        statements whose every plan walks an index by its condition, whatever the statistics: they
+        find their rows by key, or, as a claim's pick, by an index no other condition can stand in
+        for (tests/test_kept_plans.py checks each one). Left False (custom plans, planned per call)
+        for any other statement: a generic plan made while a table was small, or had no statistics,
+        keeps its shape as the table grows.
         """
         if self.is_sqlite:
             raise RuntimeError("run_postgresql needs a PostgreSQL database")

@@ -79,26 +79,27 @@ def open_engines(url: str, *, echo: bool, wal_bound: Callable[[], int]) -> Engin
         # No kept plans on SQLite: ``run_postgresql`` refuses it before it would look.
         keyed = writer
     else:
-        # At most 30 connections, as before; but 20 stay open, so a burst of concurrent agents
-        # does not close and reopen overflow connections (a connect, and every statement
-        # prepared and its types introspected again) on every checkin.
-        kwargs.update(pool_size=20, max_overflow=10, pool_recycle=PG_POOL_RECYCLE_SECONDS)
-        # asyncpg keeps prepared statements per connection; a generic plan chosen while the
-        # todos table was small (or its statistics stale) would keep scanning as the backlog
-        # grows. Custom plans see the actual parameters and keep using the partial index.
+        # At most 22 connections (with the 20 below, 42 a process, as before claims moved there);
+        # 14 stay open, so a burst of concurrent requests does not close and reopen overflow
+        # connections (a connect, and every statement prepared and its types introspected again)
+        # on every checkin.
+        kwargs.update(pool_size=14, max_overflow=8, pool_recycle=PG_POOL_RECYCLE_SECONDS)
+        # asyncpg keeps prepared statements per connection; a generic plan chosen while a table
+        # was small (or its statistics stale) would keep its shape as the table grows. The
+        # statements here are planned every call with their actual parameters.
         kwargs["connect_args"] = {"server_settings": {"plan_cache_mode": "force_custom_plan"}}
         engine = create_async_engine(url, **kwargs)
         writer = engine
         _configure_postgresql(engine)
-        # The key-addressed hot writes (completes, replies, ingest's group commit) find every
-        # row by its key, so a generic plan serves them as well as a custom one; on these
-        # connections PostgreSQL's default (``auto``) keeps a plan instead of planning each
-        # call again, which was half of the database's CPU per call (``run_postgresql``'s
-        # ``generic_plans``). Claims keep the pool above. It is small: one ingest writer,
-        # completes combined per endpoint and replies need a few connections at a time. A kept
-        # plan there may not read a whole table (KEYED_PLAN_SETTINGS).
+        # The hot writes (claims, completes, replies, ingest's group commit) find their rows by
+        # key or by an index walk whatever the statistics, so a generic plan serves them as well
+        # as a custom one; on these connections PostgreSQL's default (``auto``) keeps a plan
+        # instead of planning each call again, which was half of the database's CPU per call
+        # (``run_postgresql``'s ``generic_plans``). Every agent's claim comes here, so it holds
+        # as many as the other pool. A kept plan there may not read a whole table
+        # (KEYED_PLAN_SETTINGS), nor walk a whole index (tests/test_kept_plans.py).
         kept = {**kwargs, "connect_args": {"server_settings": KEYED_PLAN_SETTINGS}}
-        keyed = create_async_engine(url, **{**kept, "pool_size": 8, "max_overflow": 4})
+        keyed = create_async_engine(url, **{**kept, "pool_size": 12, "max_overflow": 8})
         _configure_postgresql(keyed)
     return Engines(is_sqlite, engine, writer, keyed, sqlite_file)
 
