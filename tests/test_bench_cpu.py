@@ -17,6 +17,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def _spin(seconds: float) -> None:
+    """Keep this process's core busy for ``seconds``: a busy-wait on purpose, the CPU it burns is
+    what the tests read."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
