@@ -6,10 +6,13 @@ access log shows its first characters only. Bearer tokens travel in headers, whi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from time import strftime
+import sys
+import traceback
+from time import strftime, time
 from typing import Any
 
 from aiohttp.abc import AbstractAccessLogger
@@ -70,20 +73,47 @@ class RedactingFilter(logging.Filter):
 
 class _TimeCachingFormatter(logging.Formatter):
     """``logging.Formatter``, with the time's text made once a second rather than once a line
-    (every request writes an access line: issue 12)."""
+    (every request writes an access line: issue 12), and ``line``: what ``format`` makes of a
+    record with a plain message, without making the record."""
 
     _second: tuple[int, str | None, str] = (-1, None, "")
+    # The fields ``line`` fills; a format that names any other cannot be written without a record.
+    _LINE_FIELDS = frozenset({"asctime", "levelname", "name", "message"})
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        second = int(record.created)
+        return self._time_text(record.created, record.msecs, datefmt)
+
+    def _time_text(self, created: float, msecs: float, datefmt: str | None) -> str:
+        second = int(created)
         cached, cached_format, text = self._second
         if cached != second or cached_format != datefmt:
-            text = strftime(datefmt or self.default_time_format, self.converter(record.created))
+            text = strftime(datefmt or self.default_time_format, self.converter(created))
             self._second = (second, datefmt, text)
         # The same text as the standard Formatter's: its milliseconds only when no format is given.
         if datefmt or not self.default_msec_format:
             return text
-        return self.default_msec_format % (text, record.msecs)
+        return self.default_msec_format % (text, msecs)
+
+    def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+        style = self._style
+        self._lined = type(style) is logging.PercentStyle and self._LINE_FIELDS.issuperset(
+            re.findall(r"%\((\w+)\)", style._fmt)
+        )
+
+    def line(self, name: str, levelname: str, message: str, created: float) -> str | None:
+        """``format`` of a record of logger ``name`` at ``levelname``, made at ``created``, whose
+        message is ``message`` as it is (no arguments, no traceback); None when this format names a
+        field other than the time, the level, the logger and the message."""
+        if not self._lined:
+            return None
+        style = self._style
+        # The milliseconds as ``LogRecord`` computes them (gh-89047).
+        msecs = int((created - int(created)) * 1000) + 0.0
+        fields = {"levelname": levelname, "name": name, "message": message}
+        if self.usesTime():
+            fields["asctime"] = self._time_text(created, msecs, self.datefmt)
+        return style._fmt % fields
 
 
 class JsonFormatter(_TimeCachingFormatter):
@@ -101,12 +131,114 @@ class JsonFormatter(_TimeCachingFormatter):
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data)
 
+    def line(self, name: str, levelname: str, message: str, created: float) -> str:
+        data = {
+            "ts": self._time_text(created, 0.0, "%Y-%m-%dT%H:%M:%S"),
+            "level": levelname.lower(),
+            "logger": name,
+            "message": message,
+        }
+        return json.dumps(data)
+
+
+class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler ``configure_logging`` installs: a ``StreamHandler`` that also takes access lines
+    made whole (``RedactingAccessLogger``) without a ``LogRecord``, the filter and the formatter's
+    record-by-record path. A request's access line through the logging module cost about a
+    fifteenth of an ingested delivery's CPU under load (issue 12, bench/HISTORY.md).
+
+    Access lines are kept until the event loop's turn ends and written together, one write for
+    the turn's requests instead of one each. A record never overtakes a line kept before it: the
+    kept lines are written first. ``flush`` (which ``logging.shutdown`` calls at exit) writes them
+    too. A process killed outright loses the lines of its last turn, as any buffered log does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: list[str] = []
+        # The loop whose end-of-turn write is due (another loop's, after a restart, is scheduled again).
+        self._due_on: asyncio.AbstractEventLoop | None = None
+
+    def access(self, name: str, message: str) -> bool:
+        """Keep ``message`` as a line of logger ``name`` at INFO, formatted as a record of it would
+        be; False when this handler's formatter cannot (the caller then logs a record)."""
+        formatter = self.formatter
+        if not isinstance(formatter, _TimeCachingFormatter):
+            return False
+        line = formatter.line(name, "INFO", message, time())
+        if line is None:
+            return False
+        self._kept.append(line + self.terminator)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return True
+        if self._due_on is not loop:
+            self._due_on = loop
+            loop.call_soon(self._turn_ended)
+        return True
+
+    def _turn_ended(self) -> None:
+        self._due_on = None
+        self.flush()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            if self._kept:
+                lines, self._kept = self._kept, []
+                try:
+                    self.stream.write("".join(lines))
+                except Exception:
+                    # As ``emit`` does on a failing stream: the log must never raise into a request.
+                    if logging.raiseExceptions:
+                        traceback.print_exc(file=sys.stderr)
+            super().flush()
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._kept:
+            self.flush()
+        super().emit(record)
+
+
+def lean_handler(logger: logging.Logger) -> LineHandler | None:
+    """The ``LineHandler`` an INFO record of ``logger`` would reach and nothing else would see,
+    with no filter but its ``RedactingFilter``; None otherwise (a test's ``caplog``, an embedding
+    application's handler, a filter anywhere on the way: the record is then logged as usual)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return None
+    node: logging.Logger | None = logger
+    while node is not None:
+        if node.filters:
+            return None
+        if node.handlers:
+            handlers = node.handlers
+            if node.parent is not None or len(handlers) != 1:
+                return None
+            handler = handlers[0]
+            if (
+                not isinstance(handler, LineHandler)
+                or handler.level > logging.INFO
+                or len(handler.filters) != 1
+                or not isinstance(handler.filters[0], RedactingFilter)
+            ):
+                return None
+            return handler
+        if not node.propagate:
+            return None
+        node = node.parent
+    return None
+
+
+PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 
 def configure_logging(level: int, as_json: bool = False) -> None:
-    handler = logging.StreamHandler()
+    handler = LineHandler()
     handler.addFilter(RedactingFilter())
-    plain = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(JsonFormatter() if as_json else _TimeCachingFormatter(plain))
+    handler.setFormatter(JsonFormatter() if as_json else _TimeCachingFormatter(PLAIN_FORMAT))
     # No format here names the calling function, file or line: finding them walked the caller's
     # frames for every record (the logging module's own documented optimisation).
     logging._srcfile = None
@@ -146,4 +278,7 @@ class RedactingAccessLogger(AbstractAccessLogger):
         line = f'{request.remote} "{request.method} {request.path}" {response.status} {time * 1000:.1f}ms'
         # Made whole here, with no arguments left to format (a ``%`` in it stays as it is), and
         # redacted here, note and all, whichever handler writes it.
-        self.logger.info(redact_path(f"{line} {note}" if note else line))
+        text = redact_path(f"{line} {note}" if note else line)
+        handler = lean_handler(self.logger)
+        if handler is None or not handler.access(self.logger.name, text):
+            self.logger.info(text)

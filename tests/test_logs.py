@@ -3,6 +3,8 @@ path is shortened, in any message, traceback or HTTP-parser error, by either for
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
 import sys
@@ -10,7 +12,17 @@ import sys
 import pytest
 from aiohttp.http_exceptions import LineTooLong
 
-from switchboard.logs import JsonFormatter, RedactingFilter, redact_path
+from switchboard import logs
+from switchboard.logs import (
+    PLAIN_FORMAT,
+    JsonFormatter,
+    LineHandler,
+    RedactingFilter,
+    _TimeCachingFormatter,
+    configure_logging,
+    lean_handler,
+    redact_path,
+)
 
 TOKEN = "wh_" + "Q" * 32
 
@@ -125,3 +137,117 @@ async def test_an_access_line_is_written_as_the_request_was_with_the_token_short
         logger.removeHandler(handler)
     [line] = lines
     assert TOKEN not in line and f'"POST /webhooks/{TOKEN[:8]}…" 202 1.5ms webhook=wh_1 event=100%' in line
+
+
+def _line_handler(formatter: logging.Formatter) -> tuple[LineHandler, io.StringIO]:
+    stream = io.StringIO()
+    handler = LineHandler()
+    handler.setStream(stream)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(formatter)
+    return handler, stream
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_access_line_written_without_a_record_reads_as_the_record_would(
+    monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """``LineHandler.access`` skips the logging module's record; what it writes must still be,
+    character for character, what the same handler writes for a record of that line, in both
+    formats and at any millisecond."""
+    message = f'127.0.0.1 "POST /webhooks/{TOKEN[:8]}…" 202 3.1ms webhook=wh_1 event=100% "q"'
+    formatter = JsonFormatter() if as_json else _TimeCachingFormatter(PLAIN_FORMAT)
+    for created in (1_800_000_000.0, 1_800_000_000.9996, 1_800_000_001.5, 1_800_000_000.4567):
+        handler, stream = _line_handler(formatter)
+        monkeypatch.setattr(logs, "time", lambda created=created: created)
+        assert handler.access("aiohttp.access", message)  # no running loop: written at once
+        record = logging.LogRecord("aiohttp.access", logging.INFO, __file__, 1, message, None, None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert stream.getvalue() == handler.format(record) + "\n"
+
+
+def test_a_format_naming_other_fields_takes_the_record_path() -> None:
+    handler, stream = _line_handler(_TimeCachingFormatter("%(asctime)s %(process)d %(message)s"))
+    assert not handler.access("aiohttp.access", "GET /")
+    assert stream.getvalue() == ""
+    handler, stream = _line_handler(logging.Formatter("%(message)s"))
+    assert not handler.access("aiohttp.access", "GET /")
+
+
+async def test_access_lines_are_written_when_the_loops_turn_ends_and_before_any_later_record() -> None:
+    handler, stream = _line_handler(_TimeCachingFormatter("%(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("switchboard.test_lines")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        assert handler.access("aiohttp.access", "first") and handler.access("aiohttp.access", "second")
+        assert stream.getvalue() == ""  # kept for the turn
+        logger.warning("a warning")  # written after the lines kept before it
+        assert stream.getvalue() == (
+            "aiohttp.access INFO first\n"
+            "aiohttp.access INFO second\n"
+            "switchboard.test_lines WARNING a warning\n"
+        )
+        assert handler.access("aiohttp.access", "third")
+        await asyncio.sleep(0)  # the turn ends
+        assert stream.getvalue().endswith("a warning\naiohttp.access INFO third\n")
+        assert handler.access("aiohttp.access", "fourth")
+        handler.flush()  # as logging.shutdown does at exit
+        assert stream.getvalue().endswith("third\naiohttp.access INFO fourth\n")
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def test_a_failing_stream_does_not_raise_into_the_request(capsys: pytest.CaptureFixture[str]) -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError("gone")
+
+    handler = LineHandler()
+    handler.setStream(Broken())
+    handler.setFormatter(_TimeCachingFormatter(PLAIN_FORMAT))
+    assert handler.access("aiohttp.access", "GET /")
+    assert "BrokenPipeError" in capsys.readouterr().err
+
+
+def test_the_lean_path_is_taken_only_when_nothing_else_would_see_the_record() -> None:
+    """A test's ``caplog``, an embedding application's handler or filter, a logger that does not
+    propagate, or a level above INFO: the access line then goes through the logging module."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    access = logging.getLogger("aiohttp.access")
+    try:
+        configure_logging(logging.INFO)
+        [handler] = root.handlers
+        assert isinstance(handler, LineHandler) and lean_handler(access) is handler
+
+        extra = logging.NullHandler()
+        root.addHandler(extra)
+        assert lean_handler(access) is None
+        root.removeHandler(extra)
+
+        for holder in (access, logging.getLogger("aiohttp"), handler):
+            only = logging.Filter("x")
+            holder.addFilter(only)
+            assert lean_handler(access) is None
+            holder.removeFilter(only)
+
+        access.addHandler(extra)
+        assert lean_handler(access) is None
+        access.removeHandler(extra)
+
+        access.propagate = False
+        assert lean_handler(access) is None
+        access.propagate = True
+
+        root.setLevel(logging.WARNING)
+        assert lean_handler(access) is None
+        root.setLevel(logging.INFO)
+        handler.setLevel(logging.WARNING)
+        assert lean_handler(access) is None
+        handler.setLevel(logging.NOTSET)
+        assert lean_handler(access) is handler
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

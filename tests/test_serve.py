@@ -97,6 +97,14 @@ async def test_serve_at_debug_without_a_key_logs_no_secret(
         ingest_token = hook["ingest_url"].rsplit("/", 1)[1]
         async with http.post(f"/webhooks/{ingest_token}", data=body, headers=headers) as resp:
             assert (await resp.json())["disposition"] == "ignored"
+        # The request's access line (kept until the event loop's turn ends, logs.LineHandler) is
+        # in the log while the server still runs, its token shortened.
+        line = f'"POST /webhooks/{ingest_token[:8]}…" 202 '
+        for _ in range(100):
+            if line in sb.log():
+                break
+            await asyncio.sleep(0.05)
+        assert line in sb.log() and " INFO aiohttp.access: " in sb.log()
     assert await sb.stop() == 0
 
     logs = sb.log()
