@@ -167,7 +167,13 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         line = formatter.line(name, "INFO", message, time())
         if line is None:
             return False
-        self._kept.append(line + self.terminator)
+        # Under the handler's lock: a record logged on another thread (SQLite's writer) flushes the
+        # kept lines, and a line appended to the list it had just taken would be lost.
+        self.acquire()
+        try:
+            self._kept.append(line + self.terminator)
+        finally:
+            self.release()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

@@ -251,3 +251,32 @@ def test_the_lean_path_is_taken_only_when_nothing_else_would_see_the_record() ->
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+async def test_no_line_is_lost_while_another_thread_logs_records() -> None:
+    """Records from another thread (SQLite's writer logs from its own) flush the kept lines while
+    the event loop keeps adding to them: every line and every record is written exactly once."""
+    import threading
+
+    handler, stream = _line_handler(_TimeCachingFormatter("%(message)s"))
+    logger = logging.getLogger("switchboard.test_threads")
+    logger.addHandler(handler)
+    logger.propagate = False
+    count = 3000
+    try:
+        writer = threading.Thread(target=lambda: [logger.warning("record %d", n) for n in range(count)])
+        writer.start()
+        for n in range(count):
+            handler.access("aiohttp.access", f"line {n}")
+            if n % 50 == 0:
+                await asyncio.sleep(0)
+        writer.join()
+        handler.flush()
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    written = stream.getvalue().splitlines()
+    lines, records = [f"line {n}" for n in range(count)], [f"record {n}" for n in range(count)]
+    assert sorted(written) == sorted(lines + records)
+    # The loop's lines keep their order among themselves.
+    assert [w for w in written if w.startswith("line")] == lines
