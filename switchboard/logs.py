@@ -80,6 +80,13 @@ class _TimeCachingFormatter(logging.Formatter):
     # The fields ``line`` fills; a format that names any other cannot be written without a record.
     _LINE_FIELDS = frozenset({"asctime", "levelname", "name", "message"})
 
+    def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+        style = self._style
+        self._lined = type(style) is logging.PercentStyle and self._LINE_FIELDS.issuperset(
+            re.findall(r"%\((\w+)\)", style._fmt)
+        )
+
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return self._time_text(record.created, record.msecs, datefmt)
 
@@ -93,13 +100,6 @@ class _TimeCachingFormatter(logging.Formatter):
         if datefmt or not self.default_msec_format:
             return text
         return self.default_msec_format % (text, msecs)
-
-    def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
-        super().__init__(fmt, datefmt)
-        style = self._style
-        self._lined = type(style) is logging.PercentStyle and self._LINE_FIELDS.issuperset(
-            re.findall(r"%\((\w+)\)", style._fmt)
-        )
 
     def line(self, name: str, levelname: str, message: str, created: float) -> str | None:
         """``format`` of a record of logger ``name`` at ``levelname``, made at ``created``, whose
