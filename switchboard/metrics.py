@@ -21,6 +21,10 @@ def _labels(labels: dict[str, str]) -> Labels:
     return tuple(sorted((k, str(v)) for k, v in labels.items()))
 
 
+# Label sets remembered as given (``Metrics._series``): about as many as there are series.
+SERIES_KEYS_KEPT = 4096
+
+
 def _fmt(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
     pairs = labels + extra
     if not pairs:
@@ -36,6 +40,22 @@ class Metrics:
         self._counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
         self._hist: dict[str, dict[Labels, list[float]]] = defaultdict(dict)
         self._hist_buckets: dict[str, tuple[float, ...]] = {}
+        self._keys: dict[tuple[tuple[str, object], ...], Labels] = {}
+
+    def _series(self, labels: dict[str, str]) -> Labels:
+        """``labels`` as a series key (sorted by name, values as text), remembered by the set as a
+        caller passes it: sorting them on every call was most of a counter's cost, and every
+        ingested delivery counts two (issue 12)."""
+        given = tuple(labels.items())
+        try:
+            key = self._keys.get(given)
+        except TypeError:  # a value that cannot be a dictionary key: sorted on each call
+            return _labels(labels)
+        if key is None:
+            key = _labels(labels)
+            if len(self._keys) < SERIES_KEYS_KEPT:
+                self._keys[given] = key
+        return key
 
     def describe(self, name: str, kind: str, text: str, buckets: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
         self._help[name] = (kind, text)
@@ -44,19 +64,19 @@ class Metrics:
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         with self._lock:
-            self._counters[name][_labels(labels)] += amount
+            self._counters[name][self._series(labels)] += amount
 
     def observe(self, name: str, value: float, **labels: str) -> None:
         buckets = self._hist_buckets.get(name, DEFAULT_BUCKETS)
         with self._lock:
             # Per bucket counts, then +Inf count, then sum.
-            series = self._hist[name].setdefault(_labels(labels), [0.0] * (len(buckets) + 2))
+            series = self._hist[name].setdefault(self._series(labels), [0.0] * (len(buckets) + 2))
             series[bisect.bisect_left(buckets, value)] += 1
             series[-1] += value
 
     def value(self, name: str, **labels: str) -> float:
         with self._lock:
-            return self._counters.get(name, {}).get(_labels(labels), 0.0)
+            return self._counters.get(name, {}).get(self._series(labels), 0.0)
 
     def render(self) -> str:
         lines: list[str] = []
