@@ -35,21 +35,25 @@ from sqlalchemy import (
     BigInteger,
     CompoundSelect,
     Insert,
+    Select,
     Table,
     Text,
     bindparam,
     column,
     func,
+    literal,
     literal_column,
     null,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from switchboard import todo_notices
 from switchboard.db import utcnow
 from switchboard.direct import Rows as StatementRows
 from switchboard.direct import Steps
@@ -338,11 +342,13 @@ def pg_batch(batch: Sequence[Rows]) -> Steps[tuple[list[Status], dict[str, str |
 @functools.cache
 def _pg_batch_insert(event_keys: tuple[str, ...], todo_keys: tuple[str, ...]) -> CompoundSelect[Any]:
     """``WITH versions AS MATERIALIZED (… FOR SHARE), new_events AS (INSERT … RETURNING id),
-    new_todos AS (INSERT …) SELECT 'e', id … UNION ALL SELECT 'w', id, config_version …``.
+    new_todos AS (INSERT … RETURNING id, state), notices AS (SELECT pg_notify(…) …) SELECT 'e', id …
+    UNION ALL SELECT 'w', id, config_version … UNION ALL SELECT 'n' … FROM notices``.
 
-    PostgreSQL runs the CTEs on one snapshot, to completion, whether or not the final select reads
-    them; the todos' foreign key to their new event is checked at the statement's end. The versions
-    are locked in id order, as ``current_versions`` locks them."""
+    PostgreSQL runs the inserting CTEs on one snapshot, to completion, whether or not the final
+    select reads them (the notices only because it does); the todos' foreign key to their new
+    event is checked at the statement's end. The versions are locked in id order, as
+    ``current_versions`` locks them."""
     versions = VERSIONS_ANY.cte("versions").prefix_with("MATERIALIZED")
     given, picked = _given("e", EVENTS.name, event_keys, config_version=BigInteger())
     decided_on_now = (versions.c.id == given.c.webhook_id) & (
@@ -367,9 +373,24 @@ def _pg_batch_insert(event_keys: tuple[str, ...], todo_keys: tuple[str, ...]) ->
     new_todos = (
         postgresql.insert(TODOS)
         .from_select(list(todo_keys), select(*todo_values).where(went_in).order_by(todos.c.n))
+        .returning(TODOS.c.id, TODOS.c.state)
         .cte("new_todos")
     )
-    return answer.add_cte(new_todos)
+    # The other processes hear of the todos that went in (a held one rings nobody) when this
+    # statement commits, in notices of IDS_PER_NOTICE ids: no statement of the doorbell's own
+    # (todo_notices). Selected from by the answer, so that PostgreSQL runs it.
+    available = (
+        select(new_todos.c.id, (func.row_number().over() - 1).label("n"))
+        .where(new_todos.c.state != "held")
+        .subquery("available")
+    )
+    notices = (
+        select(func.pg_notify(literal(todo_notices.CHANNEL), func.string_agg(available.c.id, literal(","))))
+        .group_by(available.c.n / todo_notices.IDS_PER_NOTICE)
+        .cte("notices")
+    )
+    told = cast(Select[Any], select(literal_column("'n'"), null(), null()).select_from(notices))
+    return cast(CompoundSelect[Any], union_all(*answer.selects, told).add_cte(new_todos))
 
 
 def _folded_trace(rows: Rows, folded: dict[str, str | None]) -> dict[str, Any] | None:

@@ -139,8 +139,9 @@ class IngestWriter:
         """Commit ``batch``, splitting it on a failure that is not an outage; then ring."""
         metrics = self.services.metrics
         started = time.perf_counter()
+        rows = [p.rows for p in batch]
         try:
-            statuses, folded = await self._transaction([p.rows for p in batch])
+            statuses, folded = await self._transaction(rows)
         except Exception as exc:
             outage = is_unavailable(exc)
             metrics.inc(TRANSACTIONS_METRIC, outcome="unavailable" if outage else "failed")
@@ -168,24 +169,33 @@ class IngestWriter:
         for pending, status in zip(batch, statuses, strict=True):
             mine = {str(t["id"]): folded[str(t["id"])] for t in pending.rows.todos if str(t["id"]) in folded}
             pending.result = Result(status, folded=mine)
-        await self._ring([p.rows for p, s in zip(batch, statuses, strict=True) if s == "stored"], folded)
+        stored = [p.rows for p, s in zip(batch, statuses, strict=True) if s == "stored"]
+        # The usual batch's own statement told the other processes of its todos (todo_notices).
+        await self._ring(stored, folded, published=self._usual(rows))
+
+    def _usual(self, batch: Sequence[Rows]) -> bool:
+        """The usual batch on PostgreSQL (no ``once`` todos): ``statements.pg_batch``."""
+        return not self.services.db.is_sqlite and not any(
+            t.get("once_key") is not None for rows in batch for t in rows.todos
+        )
 
     async def _transaction(self, batch: Sequence[Rows]) -> tuple[list[Status], dict[str, str | None]]:
         # One write on the driver directly: on SQLite the whole transaction in one hand-off to the
         # writer's thread; on PostgreSQL one asyncpg transaction of a few statements.
         db = self.services.db
         # Every statement finds its rows by key: kept generic plans serve them (Database.run_postgresql).
-        if not db.is_sqlite and not any(t.get("once_key") is not None for rows in batch for t in rows.todos):
+        if self._usual(batch):
             # The usual batch on PostgreSQL: one statement, a transaction by itself (no BEGIN or
-            # COMMIT round trips).
+            # COMMIT round trips), which also notifies the other processes of its todos.
             return await db.run_steps(statements.pg_batch(batch), transaction=False, generic_plans=True)
         return await db.run_steps(
             statements.transaction(batch, db.dialect), transaction=True, generic_plans=True
         )
 
-    async def _ring(self, stored: list[Rows], folded: dict[str, str | None]) -> None:
-        """After the commit: count the new todos and ring the doorbell for them, once per batch.
-        A held todo (quarantined) and a ``once`` todo that was not stored ring nothing."""
+    async def _ring(self, stored: list[Rows], folded: dict[str, str | None], *, published: bool) -> None:
+        """After the commit: count the new todos and ring the doorbell for them, once per batch
+        (``published``: the other processes were told by the batch's statement). A held todo
+        (quarantined) and a ``once`` todo that was not stored ring nothing."""
         ids: list[str] = []
         for rows in stored:
             made = [
@@ -197,7 +207,7 @@ class IngestWriter:
                 )
                 ids += made
         if ids:
-            await self.services.todos_created(ids)
+            await self.services.todos_created(ids, published=published)
 
     @staticmethod
     def _answer(batch: list[_Pending]) -> None:

@@ -41,6 +41,9 @@ class Services:
     outbound: Outbound | None = None
     # Told the ids of todos that became available (created, requeued): the doorbell listens here.
     todo_listeners: list[Listener] = field(default_factory=list)
+    # Told the same ids for the other processes (PostgreSQL: the doorbell's NOTIFY), unless the
+    # statement that made the todos told them itself (``todos_created``'s ``published``).
+    todo_publishers: list[Listener] = field(default_factory=list)
     # Told when endpoints were revoked in this process: the MCP sessions listen here to close at
     # once (other processes notice at their next revocation pass).
     revocation_listeners: list[Listener] = field(default_factory=list)
@@ -54,10 +57,14 @@ class Services:
     def __post_init__(self) -> None:
         self.sandbox = Sandbox.from_settings(self.settings)
 
-    async def todos_created(self, todo_ids: list[str]) -> None:
-        """Tell listeners about committed todos. A listener's failure never loses a todo: the
-        queue is the record and pull alone is complete, so it is logged and swallowed."""
+    async def todos_created(self, todo_ids: list[str], *, published: bool = False) -> None:
+        """Tell listeners about committed todos, and publishers unless ``published`` (their own
+        statement already notified the other processes: ``todo_notices``). A listener's failure
+        never loses a todo: the queue is the record and pull alone is complete, so it is logged
+        and swallowed."""
         await self._tell(self.todo_listeners, todo_ids)
+        if not published:
+            await self._tell(self.todo_publishers, todo_ids)
 
     async def endpoints_revoked(self, endpoint_ids: list[str]) -> None:
         """Tell listeners that endpoints were revoked (their tokens are already refused)."""

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, column, select, text, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.engine import make_url
 
+from switchboard import todo_notices
 from switchboard.db import is_unavailable, utcnow
-from switchboard.direct import Steps
 from switchboard.models import Todo
 from switchboard.services import Services
 from switchboard.todos.views import WITHOUT_BODIES
@@ -61,9 +61,9 @@ RING_BACKOFF_SECONDS = (5 * 60, 20 * 60, 60 * 60, 6 * 60 * 60)
 MAX_RINGS = 5
 # How many of the oldest due todos a session is rung for when it opens its stream.
 MISSED_LIMIT = 20
-PG_CHANNEL = "switchboard_todos"
-# NOTIFY payloads must stay under 8000 bytes.
-PG_PAYLOAD_LIMIT = 7000
+# The cross-process notices' channel and payload bound (``switchboard.todo_notices``).
+PG_CHANNEL = todo_notices.CHANNEL
+PG_PAYLOAD_LIMIT = todo_notices.PAYLOAD_LIMIT
 SWEEP_INTERVAL = 2.0
 SEND_TIMEOUT = 2.0
 # The transport registers a freshly opened GET stream a moment after answering it.
@@ -88,16 +88,6 @@ you never pass an address or a credential."""
 
 _CHANNEL_TAG = re.compile(r"<\s*/\s*channel\s*>?", re.IGNORECASE)
 _LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]+")
-
-
-# Every chunk of a publish in one statement (``Doorbell._publish``).
-_NOTIFY = text("SELECT pg_notify(:channel, chunk) FROM unnest(CAST(:chunks AS text[])) AS chunk").columns(
-    column("notified")
-)
-
-
-def _notify_steps(chunks: list[str]) -> Steps[None]:
-    yield _NOTIFY, {"channel": PG_CHANNEL, "chunks": chunks}
 
 
 def neutralise(value: Any, limit: int = 300) -> str:
@@ -186,23 +176,30 @@ class Doorbell:
     # -- ringing -----------------------------------------------------------------------------
 
     async def todos_available(self, todo_ids: list[str]) -> None:
-        """A ``todo_listeners`` subscriber. Ringing runs in the background, so the request that
-        created the todos (an ingest acknowledgement) never waits on it."""
+        """A ``todo_listeners`` subscriber: ring this process's sessions. Ringing runs in the
+        background, so the request that created the todos (an ingest acknowledgement) never waits
+        on it."""
         if todo_ids:
-            self._spawn(self._announce(list(todo_ids)))
+            self._spawn(self._ring_new(list(todo_ids)))
 
-    async def _announce(self, todo_ids: list[str]) -> None:
-        """Ring here at once, and tell the other processes (PostgreSQL)."""
+    async def todos_to_publish(self, todo_ids: list[str]) -> None:
+        """A ``todo_publishers`` subscriber (PostgreSQL): tell the other processes, in the
+        background too. Not called for todos whose own statement told them (ingest's group commit)."""
+        if todo_ids:
+            self._spawn(self._publish_quietly(list(todo_ids)))
+
+    async def _ring_new(self, todo_ids: list[str]) -> None:
         try:
             await self.ring_ids(todo_ids)
         except Exception as exc:
             _failed(exc, "ringing new todos failed")
-        if not self.services.db.is_sqlite:
-            try:
-                await self._publish(todo_ids)
-            except Exception as exc:
-                # Their sweep still finds the todos due within a few seconds.
-                _failed(exc, "publishing new todos to other processes failed")
+
+    async def _publish_quietly(self, todo_ids: list[str]) -> None:
+        try:
+            await self._publish(todo_ids)
+        except Exception as exc:
+            # Their sweep still finds the todos due within a few seconds.
+            _failed(exc, "publishing new todos to other processes failed")
 
     async def ring_ids(self, todo_ids: Iterable[str]) -> int:
         listening = self._listening()
@@ -330,18 +327,8 @@ class Doorbell:
     # -- across processes (PostgreSQL) -------------------------------------------------------
 
     async def _publish(self, todo_ids: list[str]) -> None:
-        chunks: list[str] = []
-        current = ""
-        for todo_id in todo_ids:
-            if current and len(current) + len(todo_id) + 1 > PG_PAYLOAD_LIMIT:
-                chunks.append(current)
-                current = ""
-            current = f"{current},{todo_id}" if current else todo_id
-        if current:
-            chunks.append(current)
-        # Every chunk in one statement, so one round trip (autocommit: delivered when it ends), on
-        # the driver directly: through an AsyncConnection it was 1.2% of ingest's CPU (issue 12).
-        await self.services.db.run_steps(_notify_steps(chunks), transaction=False)
+        # On the driver directly: through an AsyncConnection it was 1.2% of ingest's CPU (issue 12).
+        await self.services.db.run_steps(todo_notices.publish_steps(todo_ids), transaction=False)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         ids = [i for i in payload.split(",") if i]
@@ -395,12 +382,15 @@ async def ringing(bell: Doorbell) -> AsyncIterator[None]:
     services.todo_listeners.append(bell.todos_available)
     listener = None
     if not services.db.is_sqlite:
+        services.todo_publishers.append(bell.todos_to_publish)
         listener = asyncio.create_task(bell.listen(), name="switchboard:doorbell-listen")
     try:
         yield
     finally:
         with contextlib.suppress(ValueError):
             services.todo_listeners.remove(bell.todos_available)
+        with contextlib.suppress(ValueError):
+            services.todo_publishers.remove(bell.todos_to_publish)
         if listener is not None:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
