@@ -209,6 +209,19 @@ async def provision(
     return tenant
 
 
+async def signed_webhook(bench_db: BenchDatabase, key: str) -> tuple[str, str]:
+    """A tenant with a GitHub webhook on ``bench_db`` (its services closed again, for a server
+    process to take over): the webhook's ingest token and signing secret."""
+    services = make_services(bench_db, key)
+    try:
+        tenant = await provision(services)
+    finally:
+        await services.sandbox.close()
+        await services.db.dispose()
+    assert tenant.ingest_token is not None and tenant.webhook_secret is not None
+    return tenant.ingest_token, tenant.webhook_secret
+
+
 # ---------------------------------------------------------------------------------------------
 # Bulk backlog: the fast path, not the ingest path (that one is measured on its own).
 

@@ -119,7 +119,7 @@ async def measure(
 ) -> None:
     import aiohttp
 
-    from bench.common import heading, make_services, new_key, private_database, provision, server_process
+    from bench.common import heading, new_key, private_database, server_process, signed_webhook
     from bench.ingest import timed_row
     from bench.senders import blast, signed_bodies
 
@@ -131,14 +131,7 @@ async def measure(
     rates: dict[str, list[float]] = {variant: [] for variant in cpu}
     async with private_database(engine) as bench_db:
         key = new_key()
-        services = make_services(bench_db, key)
-        try:
-            tenant = await provision(services)
-        finally:
-            await services.sandbox.close()
-            await services.db.dispose()
-        assert tenant.ingest_token is not None and tenant.webhook_secret is not None
-        secret = tenant.webhook_secret
+        token, secret = await signed_webhook(bench_db, key)
         for round_ in range(1, rounds + 1):
             for variant in cpu:
                 env = {ENV: variant if variant != "full" else ""}
@@ -146,7 +139,7 @@ async def measure(
                     server_process(bench_db, key, env=env) as server,
                     aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
                 ):
-                    url = f"{server.base_url}/webhooks/{tenant.ingest_token}"
+                    url = f"{server.base_url}/webhooks/{token}"
                     await blast(
                         "python", http, url, signed_bodies(secret, 100), senders=4, total=100, seconds=30
                     )

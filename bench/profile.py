@@ -44,13 +44,12 @@ from bench.common import (
     Report,
     heading,
     machine,
-    make_services,
     new_key,
     parser,
     private_database,
-    provision,
     run,
     server_process,
+    signed_webhook,
 )
 from bench.senders import DRIVERS, blast, signed_bodies, wrk_available
 
@@ -200,19 +199,12 @@ async def profile_ingest(args: argparse.Namespace, raw: Path, report: Report) ->
     )
     async with private_database(args.db) as bench_db:
         key = new_key()
-        services = make_services(bench_db, key)
-        try:
-            tenant = await provision(services)
-        finally:
-            await services.sandbox.close()
-            await services.db.dispose()
-        assert tenant.ingest_token is not None and tenant.webhook_secret is not None
-        secret = tenant.webhook_secret
+        token, secret = await signed_webhook(bench_db, key)
         async with (
             server_process(bench_db, key) as server,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
         ):
-            url = f"{server.base_url}/webhooks/{tenant.ingest_token}"
+            url = f"{server.base_url}/webhooks/{token}"
             await blast("python", http, url, signed_bodies(secret, 100), senders=4, total=100, seconds=30)
             # The load outlasts the sampling: it is bounded by time, with a body for every delivery
             # it may send (``--deliveries``).
