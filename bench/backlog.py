@@ -24,14 +24,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bulk import analyze, bulk_pending, hold_statistics
 from bench.common import (
     Latencies,
     Report,
-    analyze,
-    bulk_pending,
     engines_of,
     heading,
-    hold_statistics,
     machine,
     make_services,
     new_key,

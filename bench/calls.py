@@ -43,10 +43,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bulk import analyze, bulk_pending
 from bench.common import (
     Report,
-    analyze,
-    bulk_pending,
     engines_of,
     heading,
     machine,

@@ -46,12 +46,11 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bulk import analyze, bulk_pending
 from bench.common import (
     BenchDatabase,
     Latencies,
     Report,
-    analyze,
-    bulk_pending,
     engines_of,
     heading,
     machine,
