@@ -377,16 +377,19 @@ def _pg_batch_insert(event_keys: tuple[str, ...], todo_keys: tuple[str, ...]) ->
         .cte("new_todos")
     )
     # The other processes hear of the todos that went in (a held one rings nobody) when this
-    # statement commits, in notices of IDS_PER_NOTICE ids: no statement of the doorbell's own
-    # (todo_notices). Selected from by the answer, so that PostgreSQL runs it.
+    # statement commits: no statement of the doorbell's own (todo_notices). A notice per
+    # PAYLOAD_LIMIT characters of ids, told apart by the ids' running length (``//``: SQLAlchemy's
+    # ``/`` divides exactly, which made a notice an id). Selected from by the answer, so that
+    # PostgreSQL runs it.
+    running = func.sum(func.length(new_todos.c.id) + 1).over(rows=(None, 0))
     available = (
-        select(new_todos.c.id, (func.row_number().over() - 1).label("n"))
+        select(new_todos.c.id, running.label("running"))
         .where(new_todos.c.state != "held")
         .subquery("available")
     )
     notices = (
         select(func.pg_notify(literal(todo_notices.CHANNEL), func.string_agg(available.c.id, literal(","))))
-        .group_by(available.c.n / todo_notices.IDS_PER_NOTICE)
+        .group_by(available.c.running // todo_notices.PAYLOAD_LIMIT)
         .cte("notices")
     )
     told = cast(Select[Any], select(literal_column("'n'"), null(), null()).select_from(notices))

@@ -171,10 +171,11 @@ class IngestWriter:
             pending.result = Result(status, folded=mine)
         stored = [p.rows for p, s in zip(batch, statuses, strict=True) if s == "stored"]
         # The usual batch's own statement told the other processes of its todos (todo_notices).
-        await self._ring(stored, folded, published=self._usual(rows))
+        await self._ring(stored, folded, published=self._one_statement(rows))
 
-    def _usual(self, batch: Sequence[Rows]) -> bool:
-        """The usual batch on PostgreSQL (no ``once`` todos): ``statements.pg_batch``."""
+    def _one_statement(self, batch: Sequence[Rows]) -> bool:
+        """Whether ``batch`` is stored by ``statements.pg_batch``'s one statement: PostgreSQL, no
+        ``once`` todos (the usual batch)."""
         return not self.services.db.is_sqlite and not any(
             t.get("once_key") is not None for rows in batch for t in rows.todos
         )
@@ -184,7 +185,7 @@ class IngestWriter:
         # writer's thread; on PostgreSQL one asyncpg transaction of a few statements.
         db = self.services.db
         # Every statement finds its rows by key: kept generic plans serve them (Database.run_postgresql).
-        if self._usual(batch):
+        if self._one_statement(batch):
             # The usual batch on PostgreSQL: one statement, a transaction by itself (no BEGIN or
             # COMMIT round trips), which also notifies the other processes of its todos.
             return await db.run_steps(statements.pg_batch(batch), transaction=False, generic_plans=True)

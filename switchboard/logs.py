@@ -81,11 +81,10 @@ class _TimeCachingFormatter(logging.Formatter):
     _LINE_FIELDS = frozenset({"asctime", "levelname", "name", "message"})
 
     def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
+        # Always ``%``-style (no ``style`` here): ``line`` fills the same format itself.
         super().__init__(fmt, datefmt)
-        style = self._style
-        self._lined = type(style) is logging.PercentStyle and self._LINE_FIELDS.issuperset(
-            re.findall(r"%\((\w+)\)", style._fmt)
-        )
+        self._line_format = fmt if fmt is not None else logging.PercentStyle.default_format
+        self._lined = self._LINE_FIELDS.issuperset(re.findall(r"%\((\w+)\)", self._line_format))
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return self._time_text(record.created, record.msecs, datefmt)
@@ -107,13 +106,12 @@ class _TimeCachingFormatter(logging.Formatter):
         field other than the time, the level, the logger and the message."""
         if not self._lined:
             return None
-        style = self._style
         # The milliseconds as ``LogRecord`` computes them (gh-89047).
         msecs = int((created - int(created)) * 1000) + 0.0
         fields = {"levelname": levelname, "name": name, "message": message}
         if self.usesTime():
             fields["asctime"] = self._time_text(created, msecs, self.datefmt)
-        return style._fmt % fields
+        return self._line_format % fields
 
 
 class JsonFormatter(_TimeCachingFormatter):

@@ -16,11 +16,9 @@ from sqlalchemy import column, text
 from switchboard.direct import Steps
 
 CHANNEL = "switchboard_todos"
-# A payload's bytes at most (NOTIFY refuses 8,000 and more).
+# A payload's bytes at most, give or take one id (NOTIFY refuses 8,000 and more; an id is at most
+# 40 characters, the column's length).
 PAYLOAD_LIMIT = 7000
-# Ids a notice holds when a statement groups them by count: todo ids are 29 characters
-# (``td_`` and 26), so 200 and their commas make 6,000 bytes.
-IDS_PER_NOTICE = 200
 
 # Every chunk in one statement, so one round trip (autocommit: delivered when it ends).
 _NOTIFY = text("SELECT pg_notify(:channel, chunk) FROM unnest(CAST(:chunks AS text[])) AS chunk").columns(
