@@ -27,7 +27,14 @@ from switchboard.ingest_config import ConfigCache, Target, WebhookConfig
 from switchboard.instances import bind_address
 from switchboard.intake import Content, Plan, plan, todo_rows
 from switchboard.provider import Address, Delivery, SourceKind, Verdict
-from switchboard.sanitize import body_key, clean_line, delivery_key, redact_headers, storable_encoded
+from switchboard.sanitize import (
+    body_key,
+    clean_line,
+    delivery_key,
+    read_from,
+    redact_headers,
+    storable_encoded,
+)
 from switchboard.services import Services
 from switchboard.vault import VaultError
 from switchboard.webhook_ops import PAUSED_RETRY_AFTER, previous_secret
@@ -266,12 +273,19 @@ async def intake(
     live ``targets`` that did not send this very reply), kept on the event, and the todo rows."""
     if event["disposition"] != "routed":
         return None, []
-    encoded = storable_encoded(verdict.payload if verdict.payload is not None else {})
+    payload = verdict.payload if verdict.payload is not None else {}
+    # A body read as it came is already the payload's stored form: the todos keep no copy of it
+    # (``Todo.payload``). Storing it a second time cost PostgreSQL about a tenth of ingest's
+    # throughput (bench/HISTORY.md, "The session of 2026-12-05, evening").
+    in_event = kind.payload_is_body and read_from(payload, delivery.body)
+    encoded = (payload, delivery.body) if in_event else storable_encoded(payload)
     decided = await plan(
         services, config, kind, delivery, verdict, verified, address, minting, live=targets, encoded=encoded
     )
     event["disposition"], event["routing"] = decided.disposition, decided.event_trace
     at, source = event["received_at"], config.webhook.source
-    content = Content.of(source, verdict, address, event_id=event["id"], now=at, encoded=encoded)
+    content = Content.of(
+        source, verdict, address, event_id=event["id"], now=at, encoded=encoded, in_event=in_event
+    )
     # The todos of the plan, all with the same payload (encoded once) and reply address.
     return decided, todo_rows(decided, content)

@@ -111,6 +111,8 @@ class Content:
     reply_to: dict[str, Any] | None
     event_id: str | None
     now: datetime
+    # ``encoded`` is the event's raw body itself: the todos keep no copy (``Todo.payload``).
+    in_event: bool = False
 
     @classmethod
     def of(
@@ -122,9 +124,10 @@ class Content:
         event_id: str | None,
         now: datetime,
         encoded: tuple[Any, bytes] | None = None,
+        in_event: bool = False,
     ) -> Content:
         """The todo content of a delivery, as ingest has always made it (``encoded``: the payload's
-        ``storable_encoded`` when the caller has it already)."""
+        ``storable_encoded`` when the caller has it already, or with ``in_event`` the event's body)."""
         payload, body = encoded or storable_encoded(verdict.payload if verdict.payload is not None else {})
         return cls(
             source=source,
@@ -135,6 +138,7 @@ class Content:
             reply_to=address.as_dict() if address is not None else None,
             event_id=event_id,
             now=now,
+            in_event=in_event,
         )
 
 
@@ -462,6 +466,7 @@ def todo_rows(decided: Plan, content: Content) -> list[dict[str, Any]]:
         "event_id": content.event_id,
         "now": content.now,
         "encoded": content.encoded,
+        "in_event": content.in_event,
         "routing": decided.trace,
     }
     hold = decided.hold

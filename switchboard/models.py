@@ -256,6 +256,8 @@ class Todo(Base):
         CheckConstraint(
             "state IN ('pending', 'claimed', 'done', 'failed', 'cancelled', 'held')", name="state"
         ),
+        # A payload kept only on the todo's event (``payload`` null) needs the event.
+        CheckConstraint("payload IS NOT NULL OR event_id IS NOT NULL", name="payload"),
         # claim_next: the oldest pending todo of one endpoint (optionally one queue). Partial on
         # state so the index stays as small as the backlog, and claim latency flat as it grows.
         Index(
@@ -322,7 +324,9 @@ class Todo(Base):
     dead_letter: Mapped[bool] = mapped_column(Boolean, default=False)
     # Why it was dead-lettered (``todos.operator.DEAD_REASONS``); null while it is not a dead letter.
     dead_reason: Mapped[str | None] = mapped_column(String(40))
-    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    # The payload's stored JSON; null when it is its event's raw body byte for byte (a delivery read
+    # as it came, the usual case: see ``todos.payload_column``), so that ingest stores the body once.
+    payload: Mapped[bytes | None] = mapped_column(LargeBinary)
     payload_size: Mapped[int] = mapped_column(Integer)
     result: Mapped[Any | None] = mapped_column(JSON)
     # Immutable once written: the address kind, display and fields (never a credential).

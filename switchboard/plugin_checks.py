@@ -107,6 +107,8 @@ def problem_of(
     if isinstance(kind, SourceKind):
         if kind.secret not in SECRET_ORIGINS:
             return f"{label}: secret must be one of {', '.join(SECRET_ORIGINS)}, not {kind.secret!r}"
+        if not isinstance(given["payload_is_body"], bool):
+            return f"{label}: payload_is_body must be True or False"
         problem = _trust_problem(label, given)
         if problem:
             return problem

@@ -39,6 +39,7 @@ from switchboard.services import Services
 from switchboard.tenancy import Owner, check_queue, endpoint_is_live
 from switchboard.todos import operator as todo_ops
 from switchboard.todos.queries import find_in_scopes, history_view, visible
+from switchboard.todos.views import stored_payload
 
 HELD = "held"
 DISCARD_REASON_MAX = 500
@@ -263,18 +264,19 @@ async def _held_in_scopes(s: AsyncSession, caller: Caller, todo_id: Any) -> tupl
     return todo, endpoint
 
 
-def _content(held: Todo, now: datetime) -> Content:
+async def _content(s: AsyncSession, held: Todo, now: datetime) -> Content:
     """What the todos a release makes carry: exactly what the held todo holds (the same payload,
-    title and reply address ingest gave it)."""
+    title and reply address ingest gave it; a payload kept on the event stays there)."""
     return Content(
         source=held.source,
         kind=held.kind,
         title=held.title,
         payload=None,
-        encoded=held.payload,
+        encoded=await stored_payload(s, held),
         reply_to=dict(held.reply_to) if held.reply_to else None,
         event_id=held.event_id,
         now=now,
+        in_event=held.payload is None,
     )
 
 
@@ -303,7 +305,7 @@ async def _to_queue(
             "actor": _actor(held),
         }
         decided = Plan("routed", mints=(Mint(target, queue),), trace=trace)
-        made = await _insert(s, services.db.is_sqlite, decided, _content(held, now))
+        made = await _insert(s, services.db.is_sqlite, decided, await _content(s, held, now))
         event = _end(
             s, held, caller.actor, action, f"{note}released to queue {queue} as {made[0]['id']}", now
         )
@@ -373,7 +375,8 @@ async def _decide_again(services: Services, caller: Caller, todo_id: str) -> Pla
         address,
         targets,
         trusted=True,
-        encoded=(None, held.payload),
+        # A payload kept on the event (``Todo.payload`` null) is the event's body.
+        encoded=(None, held.payload if held.payload is not None else event.body),
     )
 
 
@@ -392,7 +395,8 @@ async def _rerun(services: Services, caller: Caller, todo_id: str, action: str, 
             detail = f"{note}routing held it again ({decided.hold.reason}): {decided.trace['why']}"
             event = todo_ops._record(s, held, caller.actor, action, HELD, clean_line(detail, 1000), now)
         else:
-            made = await _insert(s, services.db.is_sqlite, replace(decided, trace=trace), _content(held, now))
+            content = await _content(s, held, now)
+            made = await _insert(s, services.db.is_sqlite, replace(decided, trace=trace), content)
             outcome = (
                 f"made {', '.join(m['id'] for m in made)}"
                 if made

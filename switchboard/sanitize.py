@@ -48,20 +48,32 @@ def clean_line(text: object, limit: int) -> str:
 
 
 # The value orjson last read from a request body in this task (``provider.json_object`` marks it),
-# and whether it was then seen to nest at most ``MAX_PAYLOAD_DEPTH`` deep (``shallow``). A value
-# orjson has just read holds only what JSON carries (no NaN: it refuses to read them; no integer
-# past 64 bits: ``json_object`` leaves those to the standard library), so orjson writes it back
-# exactly: ``storable_encoded`` of that very object skips the read-back check, a fifth of ingest's
-# JSON work, and the depth check when it was already made (issue 12). A provider that edits the
-# object in place keeps to JSON's values and depth (docs/plugins.md): one that put NaN into it would
-# have it stored as null.
-_FRESH: ContextVar[tuple[Any, bool]] = ContextVar("switchboard_fresh_json", default=(None, False))
+# the bytes it read it from, and whether it was then seen to nest at most ``MAX_PAYLOAD_DEPTH`` deep
+# (``shallow``). A value orjson has just read holds only what JSON carries (no NaN or Infinity: it
+# refuses to read them; no lone surrogate: it refuses those too; no integer past 64 bits:
+# ``json_object`` leaves those to the standard library), so orjson writes it back exactly:
+# ``storable_encoded`` of that very object skips the read-back check, a fifth of ingest's JSON work,
+# and the depth check when it was already made (issue 12). Nor need those bytes be written again at
+# all (``read_from``). A provider that edits the object in place keeps to JSON's values and depth
+# (docs/plugins.md): one that put NaN into it would have it stored as null.
+_FRESH: ContextVar[tuple[Any, bool, bytes | None]] = ContextVar(
+    "switchboard_fresh_json", default=(None, False, None)
+)
 
 
-def read_by_orjson(value: Any, *, shallow: bool = False) -> None:
-    """Note ``value`` as just read from JSON text by orjson (``storable_encoded`` trusts it);
+def read_by_orjson(value: Any, *, shallow: bool = False, source: bytes | None = None) -> None:
+    """Note ``value`` as just read by orjson from ``source`` (``storable_encoded`` trusts it);
     ``shallow``: it was seen to nest at most ``MAX_PAYLOAD_DEPTH`` deep (``within``)."""
-    _FRESH.set((value, shallow))
+    _FRESH.set((value, shallow, source))
+
+
+def read_from(value: Any, body: bytes) -> bool:
+    """Whether ``value`` is what orjson has just read from exactly ``body`` and nests at most
+    ``MAX_PAYLOAD_DEPTH`` deep. Then ``body`` itself is a stored encoding of it: JSON that every
+    reader reads back as ``value`` (UTF-8, no lone surrogate, NaN or integer past 64 bits), in the
+    sender's own whitespace, which ingest keeps instead of writing a copy (``Todo.payload``)."""
+    fresh, shallow, source = _FRESH.get()
+    return shallow and value is fresh and source is body
 
 
 def indented(value: Any) -> bytes | None:
@@ -154,7 +166,7 @@ def _orjson_encoded(payload: Any) -> bytes | None:
         encoded = orjson.dumps(payload, option=ORJSON_REFUSES)
     except orjson.JSONEncodeError:
         return None
-    fresh, seen_shallow = _FRESH.get()
+    fresh, seen_shallow, _ = _FRESH.get()
     if not (payload is fresh and seen_shallow) and not _within(payload, encoded, MAX_PAYLOAD_DEPTH):
         return None
     if payload is fresh:

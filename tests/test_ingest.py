@@ -35,8 +35,8 @@ from switchboard.testing import (
     slack_headers,
     stripe_headers,
     todo,
+    todo_payload,
 )
-from switchboard.todos import payload_of
 
 GITHUB_CASES = [
     # (fixture, event, kind, number, title)
@@ -114,7 +114,7 @@ async def test_github_conversation_events_become_todos_with_a_forge_address(
         "repo": "Codertocat/Hello-World",
         "number": number,
     }
-    assert payload_of(row) == json.loads(body)
+    assert await todo_payload(services, row.id) == json.loads(body)
 
 
 async def test_github_push_is_work_without_an_address_and_ping_is_ignored(
@@ -153,7 +153,7 @@ async def test_github_form_encoded_delivery_is_decoded_and_signed_over_the_raw_b
     assert status == 202, answer
     row = await todo(services, answer["todos"][0]["id"])
     assert row.reply_to["display"] == "github github.com/Codertocat/Hello-World#2"
-    assert payload_of(row) == json.loads(raw)
+    assert await todo_payload(services, row.id) == json.loads(raw)
     (event,) = await events(services)
     assert event.body == body
 
@@ -908,7 +908,7 @@ async def test_generic_delivery_keys(services: Services, base_url: str) -> None:
     assert "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W" in keys and "42" in keys
     assert any(k.startswith("sha256:") for k in keys)
     assert (await todo(services, a["todos"][0]["id"])).title == "Nightly backup failed"
-    assert payload_of(await todo(services, d["todos"][0]["id"])) == {"body": "plain text alert"}
+    assert await todo_payload(services, d["todos"][0]["id"]) == {"body": "plain text alert"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from switchboard.ingest import INGEST_WRITER
 from switchboard.intake import HOLD_QUEUE
 from switchboard.mcp import doorbell
 from switchboard.services import Services
-from switchboard.testing import connect, make_webhook, post
-from switchboard.todos import TodoFilter, payload_of
+from switchboard.testing import connect, make_webhook, post, todo_payload
+from switchboard.todos import TodoFilter
 
 
 async def test_an_untrusted_commenter_is_quarantined_and_no_agent_sees_or_hears_of_it(
@@ -62,7 +62,7 @@ async def test_an_untrusted_commenter_is_quarantined_and_no_agent_sees_or_hears_
         # The same content a todo would have had.
         assert held.kind == "issue_comment.created" and held.title.startswith("Issue #1 commented")
         assert held.reply_to is not None and held.reply_to["display"] == ISSUE_1
-        assert payload_of(held)["comment"]["user"]["login"] == SENDER
+        assert (await todo_payload(services, held.id))["comment"]["user"]["login"] == SENDER
         assert held.routing["by"] == "trust" and held.routing["action"] == {"type": "quarantine"}
         assert held.routing["actor"] == actor
         assert event.routing["targets"] == [

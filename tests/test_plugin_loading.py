@@ -103,6 +103,7 @@ async def _matches_later(key: str, address: Address) -> bool:
             source(secret="sometimes"),
             "SourceKind 'toy': secret must be one of minted, provider, none, not 'sometimes'",
         ),
+        (source(payload_is_body="yes"), "SourceKind 'toy': payload_is_body must be True or False"),
         (
             source("Toy-Kind"),
             "SourceKind 'Toy-Kind': a kind's name is 1-40 lower-case letters, digits and _, "

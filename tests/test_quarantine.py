@@ -25,7 +25,7 @@ from switchboard.intake_config import Caller, set_rules, set_trust, trust_for_cr
 from switchboard.models import Endpoint, Event, Todo, TodoEvent, Webhook
 from switchboard.services import Services
 from switchboard.tenancy import Owner
-from switchboard.testing import cairn_headers, connect, github_headers, post
+from switchboard.testing import cairn_headers, connect, github_headers, post, todo_payload
 from switchboard.todos.operator import Actor
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
@@ -185,8 +185,8 @@ async def test_release_to_a_named_queue(hook: Hook) -> None:
     assert made["id"] in answer["event"]["detail"] and rung == [[made["id"]]]
     new, held = await _todo(services, made["id"]), await _todo(services, held_id)
     assert new.state == "pending" and new.queue == "triage" and new.hold_reason is None
-    assert (new.payload, new.title, new.kind, new.event_id) == (
-        held.payload,
+    assert (await todo_payload(services, new.id), new.title, new.kind, new.event_id) == (
+        await todo_payload(services, held_id),
         held.title,
         held.kind,
         held.event_id,
@@ -240,8 +240,8 @@ async def test_a_release_obeys_the_rules_which_may_drop_or_hold_it_again(hook: H
             {"id": "triage", "expr": "true", "action": {"type": "queue", "queue": "triage"}},
         ],
         "params": {
-            "hold": json.loads((await _todo(services, held_again)).payload)["switchboard_test"],
-            "drop": json.loads((await _todo(services, dropped)).payload)["switchboard_test"],
+            "hold": (await todo_payload(services, held_again))["switchboard_test"],
+            "drop": (await todo_payload(services, dropped))["switchboard_test"],
         },
     }
     await set_rules(services, caller, hook.id, rules)

@@ -37,6 +37,7 @@ from switchboard.sanitize import (
     _nests_deeper,
     _orjson_encoded,
     _within,
+    read_from,
     storable_encoded,
 )
 from switchboard.todos import encode_payload
@@ -221,6 +222,34 @@ def test_a_payload_just_read_from_its_body_is_stored_as_the_checked_path_stores_
     assert _typed(json.loads(encoded)) == _typed(json.loads(checked))
 
 
+@SETTINGS
+@given(text=json_texts)
+def test_a_body_read_as_it_came_is_itself_the_payloads_stored_form(text: str) -> None:
+    """When ``read_from`` says so, ingest stores the body's own bytes instead of writing the payload
+    (``Todo.payload`` null): they must read back as the checked path's stored form would."""
+    body = text.encode("utf-8", "surrogatepass")
+    value = json_object(body)
+    if value is None or not read_from(value, body):
+        return
+    kept, checked = storable_encoded(copy.deepcopy(value))
+    assert kept == value, "a payload the body stores as it is needs no change to be stored"
+    assert _typed(json.loads(body)) == _typed(json.loads(checked)) == _typed(orjson.loads(body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _nested(MAX_PAYLOAD_DEPTH + 1).encode(),  # kept as text
+        b'{"n": 123456789012345678901234567890}',  # read by the standard library
+        b'{"s": "\\ud800"}',  # a lone surrogate: the standard library's, then U+FFFD
+        b"\xef\xbb\xbf{}",  # a byte order mark
+    ],
+)
+def test_a_body_that_is_not_stored_as_it_came_is_not_read_from(body: bytes) -> None:
+    value = json_object(body)
+    assert value is not None and not read_from(value, body)
+
+
 @pytest.mark.parametrize("depth", [MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_DEPTH + 1])
 def test_a_payload_just_read_is_still_kept_as_text_when_too_deep(depth: int) -> None:
     value = json_object(_nested(depth).encode())
@@ -246,7 +275,8 @@ def test_a_wide_shallow_body_is_read_by_orjson_however_many_brackets_it_has() ->
     being read back) and equal to the standard library's reading."""
     body = ('{"items":[' + ",".join(['{"a":[1]}'] * 1000) + "]}").encode()
     value = json_object(body)
-    assert _FRESH.get() == (value, True)
+    assert _FRESH.get() == (value, True, body)
+    assert read_from(value, body) and not read_from(value, bytes(bytearray(body)))
     assert value == json.loads(body)
     kept, encoded = storable_encoded(value)
     assert kept is value and encoded == encode_payload(value)

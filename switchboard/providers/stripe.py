@@ -69,6 +69,8 @@ SOURCE = SourceKind(
     derive_address=no_address,
     echo_clues=no_echo_clues,
     description="Stripe events (secret from the dashboard).",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 

@@ -63,6 +63,7 @@ from switchboard.testing.world import (
     post,
     slack_address,
     todo,
+    todo_payload,
     vend,
 )
 
@@ -112,6 +113,7 @@ __all__ = [
     "stripe_headers",
     "tls",
     "todo",
+    "todo_payload",
     "vend",
     "watch_statements",
 ]

@@ -20,7 +20,7 @@ from switchboard.owners import Owner, add_human, list_humans, resolve_owner
 from switchboard.plugins import Providers
 from switchboard.provider import Address
 from switchboard.services import Services
-from switchboard.todos import new_todo_row
+from switchboard.todos import new_todo_row, payload_of, stored_payload
 
 _handles = itertools.count(1)
 
@@ -242,6 +242,15 @@ async def todo(services: Services, todo_id: str) -> Todo:
         row = await s.get(Todo, todo_id)
     assert row is not None, f"no todo {todo_id}"
     return row
+
+
+async def todo_payload(services: Services, todo_id: str) -> Any:
+    """The stored todo's payload as every surface shows it (``todos.payload_of``), whether the todo
+    keeps its own bytes or reads its event's body."""
+    async with services.db.read() as s:
+        row = await s.get(Todo, todo_id)
+        assert row is not None, f"no todo {todo_id}"
+        return payload_of(await stored_payload(s, row))
 
 
 async def events(services: Services) -> list[Event]:

@@ -59,10 +59,12 @@ from switchboard.todos.queries import (
 )
 from switchboard.todos.views import (
     attempt_view,
+    payload_column,
     payload_of,
     public_reply_to,
     replies_summary,
     reply_view,
+    stored_payload,
     todo_detail,
     todo_row,
 )
@@ -101,6 +103,7 @@ __all__ = [
     "new_todo_values",
     "operator_row",
     "parse_time",
+    "payload_column",
     "payload_of",
     "public_reply_to",
     "push",
@@ -114,6 +117,7 @@ __all__ = [
     "scoped_page",
     "show_in_scopes",
     "state_counts",
+    "stored_payload",
     "todo_detail",
     "todo_row",
 ]

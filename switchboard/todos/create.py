@@ -39,6 +39,7 @@ def new_todo_values(
     event_id: str | None = None,
     now: datetime | None = None,
     encoded: bytes | None = None,
+    in_event: bool = False,
     routing: dict[str, Any] | None = None,
     once_key: str | None = None,
     hold_reason: str | None = None,
@@ -50,15 +51,19 @@ def new_todo_values(
     object's instrumented construction cost more than the rest of making the row (issue 12).
 
     ``encoded`` is ``encode_payload(payload)`` when the caller already has it: ingest encodes a
-    delivery's payload once for all its targets instead of once per todo. ``routing``: the trace
-    of how intake decided it; ``once_key``: see ``uq_todos_once``. With ``hold_reason`` it is
-    ``held`` (quarantined, docs/routing.md): never rung, listed or claimed for an agent.
+    delivery's payload once for all its targets instead of once per todo; with ``in_event`` those
+    bytes are the event's raw body, which the todo then does not copy (``Todo.payload`` null: its
+    readers take the event's). ``routing``: the trace of how intake decided it; ``once_key``: see
+    ``uq_todos_once``. With ``hold_reason`` it is ``held`` (quarantined, docs/routing.md): never
+    rung, listed or claimed for an agent.
 
     Every column intake may set is set, None or not, so rows of different kinds share one
     multi-row insert.
     """
     now = now or utcnow()
     body = encoded if encoded is not None else encode_payload(payload)
+    if in_event and (event_id is None or encoded is None):
+        raise ValueError("a payload kept on the event needs the event and its body")
     flat_title = " ".join(str(title).split())[:TITLE_LIMIT] or "(untitled)"
     return {
         "id": new_id("td"),
@@ -72,7 +77,7 @@ def new_todo_values(
         "attempt": 0,
         "max_attempts": DEFAULT_MAX_ATTEMPTS,
         "dead_letter": False,
-        "payload": body,
+        "payload": None if in_event else body,
         "payload_size": len(body),
         "reply_to": reply_to,
         "ring_count": 0,

@@ -28,6 +28,7 @@ from switchboard.todos.views import (
     not_held,
     payload_of,
     replies_summary,
+    stored_payload,
     todo_detail,
     todo_row,
 )
@@ -185,8 +186,8 @@ async def _attempt_closed(s: AsyncSession, todo: Todo, **values: Any) -> dict[st
     return replies if replies is not None else (await replies_summary(s, [todo.id]))[todo.id]
 
 
-def _claimed_view(row: dict[str, Any], todo: Todo | Any, token: str | None) -> dict[str, Any]:
-    out = {**row, "payload": payload_of(todo)}
+def _claimed_view(row: dict[str, Any], payload: bytes, token: str | None) -> dict[str, Any]:
+    out = {**row, "payload": payload_of(payload)}
     if token is not None:
         # Shown once: only its hash is stored.
         out["lease_token"] = token
@@ -245,7 +246,7 @@ async def claim(
         replies = await add_attempt(
             s, new_id("at"), todo.id, endpoint.id, now, now + timedelta(seconds=seconds)
         )
-        return _claimed_view(todo_row(todo, replies), todo, token)
+        return _claimed_view(todo_row(todo, replies), await stored_payload(s, todo), token)
 
 
 async def claim_next(
@@ -309,7 +310,9 @@ async def claim_many(
         attempt_ids=[new_id("at") for _ in range(limit)],
     )
     return [
-        _claimed_view(todo_row(row, replies), row, hashes.get(row.lease_token_hash) if fence else None)
+        _claimed_view(
+            todo_row(row, replies), row.payload, hashes.get(row.lease_token_hash) if fence else None
+        )
         for row, replies in rows
     ]
 

@@ -48,6 +48,7 @@ from sqlalchemy.sql.elements import Grouping
 
 from switchboard.db import Database, PostgreSQLRun, SQLiteRun
 from switchboard.models import Attempt, Reply, Todo
+from switchboard.todos.views import payload_column
 
 # Tables (the ORM types ``__table__`` as any FromClause; these are tables).
 _TODOS = cast(Table, Todo.__table__)
@@ -255,7 +256,7 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
         update(_TODOS)
         .where(T.id == numbered.c.id)
         .values(**_claimed_values(hashes[numbered.c.rn]))
-        .returning(*VIEW, T.payload, T.lease_token_hash, numbered.c.rn)
+        .returning(*VIEW, payload_column(), T.lease_token_hash, numbered.c.rn)
         .cte("claimed")
     )
     # The attempt number reads the statement's snapshot. Only a claim and a release of the same todo
@@ -298,7 +299,7 @@ def _claim_sqlite(queues: int) -> tuple[Update, Insert]:
         update(_TODOS)
         .where(T.id == numbered.c.id, T.state == PENDING)
         .values(**_claimed_values(token_hash))
-        .returning(*VIEW, T.payload, T.lease_token_hash)
+        .returning(*VIEW, payload_column(), T.lease_token_hash)
     )
     # The attempt rows from a JSON list of [attempt id, todo id] pairs, so the statement is one
     # whatever their number. RETURNING names the new row's column qualified (see summary_columns).

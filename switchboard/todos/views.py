@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
 from switchboard.db import rfc3339
-from switchboard.models import Attempt, Reply, Todo
+from switchboard.models import Attempt, Event, Reply, Todo
 
 # A held todo is quarantined (docs/routing.md, "Quarantine"): the human's to release or discard.
 # No agent verb lists, shows, claims or touches one, and the board keeps it to the quarantine list.
@@ -25,6 +25,26 @@ HELD = "held"
 # the payload (a webhook's body, often tens of KB) and the result stay in the database. Touching
 # either on such a row raises, never loads.
 WITHOUT_BODIES = (defer(Todo.payload, raiseload=True), defer(Todo.result, raiseload=True))
+
+
+def payload_column() -> ColumnElement[bytes]:
+    """SQL: a todo's stored payload, its own bytes or (``Todo.payload`` null) its event's raw body.
+    Ingest keeps no copy of a body it read as it came (``SourceKind.payload_is_body``); an event is
+    never deleted while a todo points at it. Named ``payload``, so a statement's row reads alike."""
+    # The todo's column written out qualified: SQLite renders a ``RETURNING`` unqualified, inner
+    # subqueries included (statements.summary_columns).
+    body = select(Event.body).where(Event.id == literal_column("todos.event_id")).scalar_subquery()
+    return func.coalesce(Todo.payload, body).label("payload")
+
+
+async def stored_payload(s: AsyncSession, todo: Todo) -> bytes:
+    """``payload_column`` of a todo already loaded: its own bytes, else its event's body."""
+    if todo.payload is not None:
+        return todo.payload
+    body = await s.scalar(select(Event.body).where(Event.id == todo.event_id))
+    if body is None:  # the CHECK constraint and the event's foreign key rule this out
+        raise LookupError(f"todo {todo.id} keeps its payload on event {todo.event_id}, which is gone")
+    return body
 
 
 def not_held() -> ColumnElement[bool]:
@@ -85,11 +105,12 @@ def todo_row(todo: Todo, replies: dict[str, Any] | None = None) -> dict[str, Any
     }
 
 
-def payload_of(todo: Todo) -> Any:
+def payload_of(stored: bytes) -> Any:
+    """A stored payload (``stored_payload``) as every surface shows it: its JSON, or its text."""
     try:
-        return json.loads(todo.payload)
+        return json.loads(stored)
     except ValueError:
-        return todo.payload.decode("utf-8", errors="replace")
+        return stored.decode("utf-8", errors="replace")
 
 
 def attempt_view(attempt: Attempt) -> dict[str, Any]:
@@ -142,7 +163,7 @@ async def todo_detail(s: AsyncSession, todo: Todo) -> dict[str, Any]:
     row = todo_row(todo, (await replies_summary(s, [todo.id]))[todo.id])
     return {
         **row,
-        "payload": payload_of(todo),
+        "payload": payload_of(await stored_payload(s, todo)),
         "result": todo.result,
         "finished_at": rfc3339(todo.finished_at),
         # Why it is a dead letter (``attempts_exhausted``, ``lease_expired``, ``endpoint_revoked``).

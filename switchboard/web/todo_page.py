@@ -27,7 +27,7 @@ from switchboard.reply import replies_of
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
 from switchboard.todos import operator as todo_ops
-from switchboard.todos import payload_of
+from switchboard.todos import payload_of, stored_payload
 from switchboard.todos.queries import todo_history
 from switchboard.web.board import back_params, board_link, state_cell, utc
 from switchboard.web.forms import see_other
@@ -224,8 +224,8 @@ def actions_bar(viewer: Viewer, todo: Todo, endpoint: Endpoint, back: Mapping[st
     return h('<div class="actions todo-actions">{b}</div>', b=join(buttons))
 
 
-def payload_section(todo: Todo) -> Safe:
-    payload = payload_of(todo)
+def payload_section(todo: Todo, stored: bytes) -> Safe:
+    payload = payload_of(stored)
     if isinstance(payload, str):
         shown, cut = payload[:SHOWN_MAX], len(payload) > SHOWN_MAX
     else:
@@ -292,6 +292,7 @@ async def render(
             ).all()
         )
         history = await todo_history(s, todo.id)
+        stored = await stored_payload(s, todo)
         # The delivery that minted it (its webhook's delivery log links back here).
         webhook_id = (
             await s.scalar(select(Event.webhook_id).where(Event.id == todo.event_id))
@@ -336,7 +337,7 @@ async def render(
         replies=replies_table(replies),
         attempts=attempts_table(attempts, slugs),
         history=history_table(history),
-        payload=payload_section(todo),
+        payload=payload_section(todo, stored),
     )
     return page(
         todo.title, body, viewer, active="board", status=status, error=error, notice=notice_of(request)
@@ -351,8 +352,9 @@ async def raw_payload(request: web.Request, viewer: Viewer) -> web.StreamRespons
     """The stored payload, byte for byte, as a JSON download (another scope's todo is a 404)."""
     async with services_of(request).db.read() as s:
         todo, _ = await viewer.owned(s, Todo, request.match_info["todo_id"], "todo")
+        stored = await stored_payload(s, todo)
     return web.Response(
-        body=todo.payload,
+        body=stored,
         content_type="application/json",
         charset="utf-8",
         headers={"Content-Disposition": f'attachment; filename="{todo.id}-payload.json"'},

@@ -292,6 +292,8 @@ SOURCE = SourceKind(
     actors=actors,
     trust=TRUST,
     description="Cairn artifact and comment events.",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 CONNECTION = ConnectionKind(

@@ -255,6 +255,8 @@ SOURCE = SourceKind(
     actors=actors,
     trust=TRUST,
     description="GitHub repository or organisation webhooks.",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 CONNECTION = ConnectionKind(

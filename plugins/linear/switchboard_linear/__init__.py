@@ -299,6 +299,8 @@ SOURCE = SourceKind(
     actors=actors,
     trust=TRUST,
     description="Linear webhooks (signing secret from Linear's webhook settings).",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 

@@ -335,6 +335,8 @@ SOURCE = SourceKind(
     actors=actors,
     trust=TRUST,
     description="Plain webhooks (request-signing secret from the workspace's settings).",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 

@@ -335,6 +335,8 @@ SOURCE = SourceKind(
     derive_address=derive_address,
     echo_clues=echo_clues,
     description="Slack Events API (signing secret from the app).",
+    # The payload is what json_object read, never edited: todos read a body's from its event.
+    payload_is_body=True,
 )
 
 CONNECTION = ConnectionKind(
