@@ -83,9 +83,11 @@ class IngestWriter:
         """Store one delivery; the answer comes once its batch has committed (or failed)."""
         if self._closing:
             return Result("unavailable", RuntimeError("the ingest writer is shutting down"))
+        # Asked once: each asking costs a getpid() system call (asyncio checks for a fork).
+        loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="switchboard:ingest-writer")
-        pending = _Pending(rows, asyncio.get_running_loop().create_future())
+            self._task = loop.create_task(self._run(), name="switchboard:ingest-writer")
+        pending = _Pending(rows, loop.create_future())
         self._queue.append(pending)
         self._wake.set()
         return await pending.future
