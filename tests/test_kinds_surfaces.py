@@ -5,7 +5,6 @@ with no core change)."""
 from __future__ import annotations
 
 import html
-import re
 
 import aiohttp
 import pytest
@@ -14,8 +13,7 @@ from fixtures import memo_plugin
 from switchboard import tenancy
 from switchboard.api import PREFIX
 from switchboard.services import Services
-
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
+from switchboard.testing import ui_login
 
 
 @pytest.fixture
@@ -64,12 +62,7 @@ async def test_the_connection_form_hints_come_from_the_kinds(services: Services,
     _, token = await tenancy.add_human(services.db, "ada")
     jar = aiohttp.CookieJar(unsafe=True)
     async with aiohttp.ClientSession(cookie_jar=jar) as http:
-        async with http.get(f"{base_url}/ui/login") as resp:
-            csrf = CSRF_RE.search(await resp.text())
-        assert csrf is not None
-        form = {"csrf": csrf.group(1), "token": token}
-        async with http.post(f"{base_url}/ui/login", data=form, allow_redirects=False) as resp:
-            assert resp.status == 303
+        await ui_login(http, base_url, token)
         async with http.get(f"{base_url}/ui/connections") as resp:
             assert resp.status == 200
             page = html.unescape(await resp.text())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 
 import aiohttp
 import pytest
@@ -26,10 +25,8 @@ from switchboard.intake_config import Caller, trust_for_create
 from switchboard.models import Endpoint, Event, Todo
 from switchboard.sanitize import MAX_PAYLOAD_DEPTH
 from switchboard.services import Services
-from switchboard.testing import github_form, github_headers, make_webhook, post, todo_payload
+from switchboard.testing import github_form, github_headers, make_webhook, post, todo_payload, ui_login
 from switchboard.todos.operator import Actor
-
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 async def _stored(services: Services, todo_id: str) -> tuple[bytes | None, int, bytes]:
@@ -92,12 +89,7 @@ async def test_every_reader_takes_the_event_body(services: Services, base_url: s
     assert batch["todos"][0]["payload"] == json.loads(bodies[0])
 
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-        async with http.get(f"{base_url}/ui/login") as page:
-            found = CSRF_RE.search(await page.text())
-        assert found is not None
-        login = {"csrf": found.group(1), "token": human_token}
-        async with http.post(f"{base_url}/ui/login", data=login, allow_redirects=False) as resp:
-            assert resp.status == 303
+        await ui_login(http, base_url, human_token)
         async with http.get(f"{base_url}/ui/todos/{made[0]}/payload") as raw:
             assert raw.status == 200 and await raw.read() == bodies[0]
         async with http.get(f"{base_url}/ui/todos/{made[0]}") as page:

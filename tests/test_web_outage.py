@@ -3,33 +3,22 @@ traceback or a 500, and the pages work again once the database is back."""
 
 from __future__ import annotations
 
-import re
-
 import aiohttp
 
 from switchboard import tenancy
 from switchboard.db import Database
 from switchboard.services import Services
+from switchboard.testing import ui_login
 
 # Nothing listens on port 1: every connection attempt is refused at once.
 UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-async def _logged_in(http: aiohttp.ClientSession, base_url: str, token: str) -> None:
-    async with http.get(f"{base_url}/ui/login") as resp:
-        found = CSRF_RE.search(await resp.text())
-    assert found is not None
-    form = {"csrf": found.group(1), "token": token}
-    async with http.post(f"{base_url}/ui/login", data=form, allow_redirects=False) as resp:
-        assert resp.status == 303
 
 
 async def test_pages_answer_503_while_the_database_is_unreachable(services: Services, base_url: str) -> None:
     _, token = await tenancy.add_human(services.db, "ada")
     # unsafe=True: the server is an IP address (127.0.0.1), whose cookies a default jar refuses.
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-        await _logged_in(http, base_url, token)
+        await ui_login(http, base_url, token)
         real = services.db
         services.db = Database(UNREACHABLE)
         try:

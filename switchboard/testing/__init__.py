@@ -64,6 +64,7 @@ from switchboard.testing.world import (
     slack_address,
     todo,
     todo_payload,
+    ui_login,
     vend,
 )
 
@@ -114,6 +115,7 @@ __all__ = [
     "tls",
     "todo",
     "todo_payload",
+    "ui_login",
     "vend",
     "watch_statements",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import re
 from typing import Any
 
 import aiohttp
@@ -222,6 +223,20 @@ async def post(
         text = await resp.text()
         answer: dict[str, Any] = json.loads(text) if text else {}
         return resp.status, answer, dict(resp.headers)
+
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+async def ui_login(http: aiohttp.ClientSession, base_url: str, token: str) -> None:
+    """Sign ``http`` in to the web UI with a human's token, as the login form does (its session
+    needs a cookie jar that keeps an IP address's cookies: ``aiohttp.CookieJar(unsafe=True)``)."""
+    async with http.get(f"{base_url}/ui/login") as resp:
+        found = _CSRF.search(await resp.text())
+    assert found is not None, "the login page has no CSRF field"
+    form = {"csrf": found.group(1), "token": token}
+    async with http.post(f"{base_url}/ui/login", data=form, allow_redirects=False) as resp:
+        assert resp.status == 303, f"login answered {resp.status}"
 
 
 # ---------------------------------------------------------------------------------------------
