@@ -292,11 +292,12 @@ class SourceKind:
     ``secret_rules``: secret-scan rules for this kind's credential formats; a reply matching one is
     refused, whatever kind it is posted to.
 
-    ``payload_is_body``: the kind's ``verdict.payload`` is what ``json_object`` returned, which
-    neither ``verify`` nor the other callables edit. When it was read from ``delivery.body`` itself
+    ``payload_is_body``: the kind never edits a value ``json_object`` returned, in ``verify`` or in
+    the other callables. When ``verdict.payload`` is that value, read from ``delivery.body`` itself
     (not from a form field, say), the todos keep no copy of it: they read the stored event's body,
-    byte for byte, so the database stores it once. Leave it False for a payload that is built or
-    edited: a kind that sets it and edits the payload in place has the edit ignored.
+    byte for byte, so the database stores it once. A payload the kind builds is stored as before.
+    Leave it False when the kind edits what ``json_object`` returned: with it set, such an edit in
+    place would be ignored.
     """
 
     name: str

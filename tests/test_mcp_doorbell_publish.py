@@ -12,10 +12,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from switchboard.db import Database, utcnow
-from switchboard.mcp.doorbell import PG_CHANNEL, PG_PAYLOAD_LIMIT, Doorbell, LiveSession
+from switchboard.mcp.doorbell import Doorbell, LiveSession
 from switchboard.models import Todo
 from switchboard.services import Services
 from switchboard.testing import add_todo, engine_name, vend
+from switchboard.todo_notices import CHANNEL, PAYLOAD_LIMIT
 
 
 @pytest.mark.skipif(engine_name() != "postgresql", reason="NOTIFY is PostgreSQL's")
@@ -32,13 +33,13 @@ async def test_a_publication_of_many_ids_reaches_another_connection_whole(servic
             got.set()
 
     try:
-        await listener.add_listener(PG_CHANNEL, on_notify)
+        await listener.add_listener(CHANNEL, on_notify)
         await Doorbell(services)._publish(ids)
         await asyncio.wait_for(got.wait(), 10)
     finally:
         await listener.close()
     assert len(heard) >= 3, "700 ids of 30 characters make several payloads"
-    assert all(len(p.encode()) <= PG_PAYLOAD_LIMIT for p in heard)
+    assert all(len(p.encode()) <= PAYLOAD_LIMIT for p in heard)
     assert [i for p in heard for i in p.split(",")] == ids
 
 

@@ -61,9 +61,6 @@ RING_BACKOFF_SECONDS = (5 * 60, 20 * 60, 60 * 60, 6 * 60 * 60)
 MAX_RINGS = 5
 # How many of the oldest due todos a session is rung for when it opens its stream.
 MISSED_LIMIT = 20
-# The cross-process notices' channel and payload bound (``switchboard.todo_notices``).
-PG_CHANNEL = todo_notices.CHANNEL
-PG_PAYLOAD_LIMIT = todo_notices.PAYLOAD_LIMIT
 SWEEP_INTERVAL = 2.0
 SEND_TIMEOUT = 2.0
 # The transport registers a freshly opened GET stream a moment after answering it.
@@ -353,7 +350,7 @@ class Doorbell:
                 conn = await asyncpg.connect(dsn)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await conn.add_listener(PG_CHANNEL, self._on_notify)
+                await conn.add_listener(todo_notices.CHANNEL, self._on_notify)
                 await lost.wait()
             except asyncio.CancelledError:
                 raise

@@ -50,7 +50,7 @@ SOURCE = SourceKind(
     derive_address=no_address,
     echo_clues=no_echo_clues,
     description="Any sender; trusted by its unguessable URL.",
-    # The payload is what json_object read, never edited: todos read a body's from its event.
+    # json_object's value is never edited: a body read as it came is not copied onto its todos.
     payload_is_body=True,
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, Select, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
@@ -33,15 +33,19 @@ def payload_column() -> ColumnElement[bytes]:
     never deleted while a todo points at it. Named ``payload``, so a statement's row reads alike."""
     # The todo's column written out qualified: SQLite renders a ``RETURNING`` unqualified, inner
     # subqueries included (statements.summary_columns).
-    body = select(Event.body).where(Event.id == literal_column("todos.event_id")).scalar_subquery()
+    body = _event_body(literal_column("todos.event_id")).scalar_subquery()
     return func.coalesce(Todo.payload, body).label("payload")
+
+
+def _event_body(event_id: Any) -> Select[bytes]:
+    return select(Event.body).where(Event.id == event_id)
 
 
 async def stored_payload(s: AsyncSession, todo: Todo) -> bytes:
     """``payload_column`` of a todo already loaded: its own bytes, else its event's body."""
     if todo.payload is not None:
         return todo.payload
-    body = await s.scalar(select(Event.body).where(Event.id == todo.event_id))
+    body = await s.scalar(_event_body(todo.event_id))
     if body is None:  # the CHECK constraint and the event's foreign key rule this out
         raise LookupError(f"todo {todo.id} keeps its payload on event {todo.event_id}, which is gone")
     return body

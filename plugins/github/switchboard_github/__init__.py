@@ -255,7 +255,7 @@ SOURCE = SourceKind(
     actors=actors,
     trust=TRUST,
     description="GitHub repository or organisation webhooks.",
-    # The payload is what json_object read, never edited: todos read a body's from its event.
+    # json_object's value is never edited: a body read as it came is not copied onto its todos.
     payload_is_body=True,
 )
 

@@ -335,7 +335,7 @@ SOURCE = SourceKind(
     derive_address=derive_address,
     echo_clues=echo_clues,
     description="Slack Events API (signing secret from the app).",
-    # The payload is what json_object read, never edited: todos read a body's from its event.
+    # json_object's value is never edited: a body read as it came is not copied onto its todos.
     payload_is_body=True,
 )
 
