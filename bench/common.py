@@ -496,9 +496,11 @@ class Report:
         self.benchmark = benchmark
         self.json_path = json_path
         self.rows: list[dict[str, Any]] = []
+        # Fields every row gets until changed (``bench.ingest --rounds``: the round it belongs to).
+        self.context: dict[str, Any] = {}
 
     def add(self, **row: Any) -> None:
-        row = {"benchmark": self.benchmark, **row}
+        row = {"benchmark": self.benchmark, **self.context, **row}
         self.rows.append(row)
         print("  " + "  ".join(f"{k}={v}" for k, v in row.items() if k != "benchmark"), flush=True)
         if self.json_path is not None:

@@ -26,14 +26,22 @@ production topology of the README ("several processes"), the senders spread even
 load balancer would (``senders.spread_blast``); the bare anchor is measured with as many processes,
 so every share compares like with like. SQLite is one process: its rows are measured with one.
 
+``--rounds N`` runs all of it (the anchors, then every engine's rows) N times over, so that the
+anchors and the rows alternate, and ends with each row's share of its own round's ceiling, round by
+round, and their median (``shares_by_round``). These machines change speed within minutes, and the
+ceiling's few seconds and a Switchboard row's may fall in different phases: one round's share can
+move by a tenth either way, the median of several far less.
+
     .venv/bin/python -m bench.ingest --db both --senders 1,8,32 --deliveries 2000
     .venv/bin/python -m bench.ingest --quick
+    .venv/bin/python -m bench.ingest --db postgresql --senders 32 --rules 0 --rounds 4
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -175,6 +183,41 @@ async def ceiling(
                 for n in senders:
                     _, figures = await timed_row(servers, http, urls, driver, bodies, n, deliveries, seconds)
                     report.add(engine="none", server=CEILING, processes=processes, **figures)
+
+
+SHARES = "share of the ceiling, round by round"
+
+
+def shares_by_round(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary per Switchboard row (engine, processes, rules, sender, senders) measured in
+    several rounds: its deliveries/s over the ceiling row of the same round (same sender, senders
+    and processes), each round's, and their median."""
+    ceilings = {
+        (r["round"], r["driver"], r["senders"], r["processes"]): float(r["per_second"])
+        for r in rows
+        if r.get("server") == CEILING and "round" in r
+    }
+    shares: dict[tuple[str, int, int, str, int], list[float]] = {}
+    for r in rows:
+        if r.get("server") != "switchboard" or "per_second" not in r or "round" not in r:
+            continue
+        top = ceilings.get((r["round"], r["driver"], r["senders"], r["processes"]))
+        if top:
+            key = (r["engine"], r["processes"], r["rules"], r["driver"], r["senders"])
+            shares.setdefault(key, []).append(float(r["per_second"]) / top)
+    return [
+        {
+            "summary": SHARES,
+            "engine": engine,
+            "processes": processes,
+            "rules": rules,
+            "driver": driver,
+            "senders": senders,
+            "shares_pct": [round(100 * share, 1) for share in found],
+            "median_share_pct": round(100 * statistics.median(found), 1),
+        }
+        for (engine, processes, rules, driver, senders), found in shares.items()
+    ]
 
 
 def _machine_per_request(busy: dict[str, float], result: dict[str, Any]) -> dict[str, float]:
@@ -370,6 +413,13 @@ async def main() -> None:
         default=[1],
         help="server processes sharing the load, e.g. 1,2 (more than one: PostgreSQL only)",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the anchors and every row this many times, alternating, then each row's share of "
+        "its own round's ceiling and their median (default 1)",
+    )
     p.add_argument("--quick", action="store_true", help="senders 1,8,32, 100 deliveries, 10 s")
     args = p.parse_args()
     if args.quick:
@@ -377,11 +427,25 @@ async def main() -> None:
         args.ceiling_requests, args.ceiling_seconds = 5000, 3.0
     if args.deliveries < 1 or args.seconds <= 0:
         p.error("--deliveries and --seconds must be positive")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if args.driver == "wrk" and not wrk_available():
         p.error("wrk is not installed (Debian: apt-get install -y wrk)")
     driver = args.driver or ("wrk" if wrk_available() else "python")
     print(machine())
     report = Report("ingest", args.json_path)
+    for number in range(1, args.rounds + 1):
+        if args.rounds > 1:
+            heading(f"round {number} of {args.rounds}")
+            report.context = {"round": number}
+        await one_round(args, driver, report)
+    report.context = {}
+    for summary in shares_by_round(report.rows):
+        report.add(**summary)
+
+
+async def one_round(args: argparse.Namespace, driver: str, report: Report) -> None:
+    """The anchors, then every engine's rows, once."""
     if not args.no_ceiling:
         drivers = ["python", "wrk"] if wrk_available() else ["python"]
         for processes in args.processes:

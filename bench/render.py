@@ -61,31 +61,28 @@ def probe_line(probes: list[dict[str, Any]]) -> list[str]:
 
 
 def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
-    measured = [r for r in rows if "senders" in r]
+    measured = [r for r in rows if "senders" in r and "summary" not in r]
     if not measured:
         return []
-    ceiling = {
-        (r["driver"], r["senders"], r.get("processes", 1)): r["per_second"]
-        for r in measured
-        if r.get("server") == "bare aiohttp"
-    }
+    # ``bench.ingest --rounds``: every row belongs to a round, and is compared with its own round's.
+    rounds = any("round" in r for r in measured)
 
-    floor = {
-        (r["driver"], r["senders"], r.get("processes", 1)): r["per_second"]
-        for r in measured
-        if r.get("server") == "bare store"
-    }
+    def anchor(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r.get("round"), r.get("driver", "python"), r["senders"], r.get("processes", 1))
+
+    ceiling = {anchor(r): r["per_second"] for r in measured if r.get("server") == "bare aiohttp"}
+    floor = {anchor(r): r["per_second"] for r in measured if r.get("server") == "bare store"}
 
     def of_floor(r: dict[str, Any]) -> str | None:
         if r.get("server", "switchboard") != "switchboard" or r.get("engine") != "postgresql":
             return None
-        top = floor.get((r.get("driver", "python"), r["senders"], r.get("processes", 1)))
+        top = floor.get(anchor(r))
         return f"{r['per_second'] / top:.2f}x" if top else None
 
     def share(r: dict[str, Any]) -> str | None:
         if r.get("server") == "bare aiohttp":
             return "ceiling"
-        top = ceiling.get((r.get("driver", "python"), r["senders"], r.get("processes", 1)))
+        top = ceiling.get(anchor(r))
         return f"{r['per_second'] / top:.1%}" if top else None
 
     def server(r: dict[str, Any]) -> str:
@@ -95,7 +92,8 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
     out = ["\n### Ingest: signed GitHub deliveries over HTTP\n"]
     out.append(
         table(
-            [
+            ["round"] * rounds
+            + [
                 "senders",
                 "server",
                 "engine",
@@ -115,7 +113,8 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 "server peak RSS MiB",
             ],
             [
-                [
+                [r.get("round")] * rounds
+                + [
                     r["senders"],
                     server(r),
                     ENGINE_LABEL[r["engine"]],
@@ -137,6 +136,7 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
                 for r in sorted(
                     measured,
                     key=lambda r: (
+                        r.get("round", 0),
                         r["senders"],
                         r.get("processes", 1),
                         r.get("server") != "bare aiohttp",
@@ -163,8 +163,18 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         "(what is idle is all a faster server could still take)."
     )
     for r in rows:
+        if r.get("summary"):
+            processes = "" if r.get("processes", 1) == 1 else f", {r['processes']} processes"
+            shares = ", ".join(f"{pct}%" for pct in r["shares_pct"])
+            out.append(
+                f"\n{ENGINE_LABEL[r['engine']]}{processes}, {r.get('rules', 0)} rules, {r['senders']} "
+                f"senders ({r['driver']}), of its own round's ceiling: {shares}; median "
+                f"**{r['median_share_pct']}%**."
+            )
         if "check" in r:
             processes = "" if r.get("processes", 1) == 1 else f", {r['processes']} processes"
+            if "round" in r:
+                processes += f", round {r['round']}"
             what = (
                 f"{r['server']} on {ENGINE_LABEL[r['engine']]}"
                 if r.get("server")
