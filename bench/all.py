@@ -45,6 +45,11 @@ FULL: list[tuple[str, list[str]]] = [
             "1,2",
         ],
     ),
+    # The headline share (32 senders, no rules) again, in rounds that alternate with their anchors.
+    (
+        "ingest",
+        ["--db", "both", "--senders", "32", "--rules", "0", "--deliveries", "12000", "--rounds", "4"],
+    ),
     ("claim", ["--db", "both", "--claimers", "1,4,16", "--cycles", "3000", "--seconds", "20", "--mcp"]),
     ("calls", ["--db", "both", "--calls", "1000", "--rounds", "3"]),
     ("backlog", ["--db", "postgresql", "--sizes", "1000,10000,100000,1000000", "--claims", "300"]),
