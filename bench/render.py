@@ -60,11 +60,9 @@ def probe_line(probes: list[dict[str, Any]]) -> list[str]:
     return ["", f"Speed probes ({labels}; bench/probe.py): {'; '.join(parts)}."]
 
 
-def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
-    measured = [r for r in rows if "senders" in r and "summary" not in r]
-    if not measured:
-        return []
-    # ``bench.ingest --rounds``: every row belongs to a round, and is compared with its own round's.
+def _ingest_table(measured: list[dict[str, Any]]) -> str:
+    """The ingest rows as a table, each Switchboard row's share of the bare rows of its own sender,
+    senders, processes and round (``bench.ingest --rounds``; a column only then)."""
     rounds = any("round" in r for r in measured)
 
     def anchor(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -89,66 +87,80 @@ def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
         name = str(r.get("server", "switchboard"))
         return name if r.get("processes", 1) == 1 else f"{name}, {r['processes']} processes"
 
-    out = ["\n### Ingest: signed GitHub deliveries over HTTP\n"]
-    out.append(
-        table(
-            ["round"] * rounds
+    return table(
+        ["round"] * rounds
+        + [
+            "senders",
+            "server",
+            "engine",
+            "rules",
+            "sender",
+            "acked",
+            "deliveries/s",
+            "of ceiling",
+            "of bare store",
+            "p50 ms",
+            "p99 ms",
+            "server CPU ms/request",
+            "PostgreSQL CPU ms/request",
+            "machine CPU ms/request",
+            "machine busy",
+            "other answers",
+            "server peak RSS MiB",
+        ],
+        [
+            [r.get("round")] * rounds
             + [
-                "senders",
-                "server",
-                "engine",
-                "rules",
-                "sender",
-                "acked",
-                "deliveries/s",
-                "of ceiling",
-                "of bare store",
-                "p50 ms",
-                "p99 ms",
-                "server CPU ms/request",
-                "PostgreSQL CPU ms/request",
-                "machine CPU ms/request",
-                "machine busy",
-                "other answers",
-                "server peak RSS MiB",
-            ],
-            [
-                [r.get("round")] * rounds
-                + [
+                r["senders"],
+                server(r),
+                ENGINE_LABEL[r["engine"]],
+                r.get("rules", 0) if r.get("server", "switchboard") == "switchboard" else "-",
+                r.get("driver", "python"),
+                r["acked"],
+                r["per_second"],
+                share(r),
+                of_floor(r),
+                r.get("p50_ms"),
+                r.get("p99_ms"),
+                r.get("server_cpu_ms_per_request"),
+                r.get("database_cpu_ms_per_request"),
+                r.get("machine_cpu_ms_per_request"),
+                f"{r['machine_busy_pct']}%" if r.get("machine_busy_pct") is not None else None,
+                ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
+                r["server_peak_rss_mib"],
+            ]
+            for r in sorted(
+                measured,
+                key=lambda r: (
+                    r.get("round", 0),
                     r["senders"],
-                    server(r),
-                    ENGINE_LABEL[r["engine"]],
-                    r.get("rules", 0) if r.get("server", "switchboard") == "switchboard" else "-",
-                    r.get("driver", "python"),
-                    r["acked"],
-                    r["per_second"],
-                    share(r),
-                    of_floor(r),
-                    r.get("p50_ms"),
-                    r.get("p99_ms"),
-                    r.get("server_cpu_ms_per_request"),
-                    r.get("database_cpu_ms_per_request"),
-                    r.get("machine_cpu_ms_per_request"),
-                    f"{r['machine_busy_pct']}%" if r.get("machine_busy_pct") is not None else None,
-                    ", ".join(f"{s}: {n}" for s, n in (r.get("other_statuses") or {}).items()) or None,
-                    r["server_peak_rss_mib"],
-                ]
-                for r in sorted(
-                    measured,
-                    key=lambda r: (
-                        r.get("round", 0),
-                        r["senders"],
-                        r.get("processes", 1),
-                        r.get("server") != "bare aiohttp",
-                        r.get("server") != "bare store",
-                        r["engine"],
-                        r.get("rules", 0),
-                        r.get("driver", ""),
-                    ),
-                )
-            ],
-        )
+                    r.get("processes", 1),
+                    r.get("server") != "bare aiohttp",
+                    r.get("server") != "bare store",
+                    r["engine"],
+                    r.get("rules", 0),
+                    r.get("driver", ""),
+                ),
+            )
+        ],
     )
+
+
+def ingest_section(rows: list[dict[str, Any]]) -> list[str]:
+    measured = [r for r in rows if "senders" in r and "summary" not in r]
+    if not measured:
+        return []
+    out = ["\n### Ingest: signed GitHub deliveries over HTTP\n"]
+    single = [r for r in measured if "round" not in r]
+    if single:
+        out.append(_ingest_table(single))
+    # ``bench.ingest --rounds``: a table of its own, every row compared with its own round's anchors.
+    rounds = [r for r in measured if "round" in r]
+    if rounds:
+        out.append(
+            "\nIn alternating rounds (`bench.ingest --rounds`), each row against its own round's anchors:\n"
+        )
+        out.append(_ingest_table(rounds))
     out.append(
         '\n"of ceiling": deliveries/s over the bare aiohttp handler\'s req/s with the same sender, '
         "senders and number of processes (2 processes: of one database, the senders spread evenly "
