@@ -40,6 +40,7 @@ from switchboard.testing import (
     post,
 )
 from switchboard.todos.create import new_todo_row
+from switchboard.todos.statements import claimable_postgresql
 
 # Plan nodes a kept plan must not hold: each reads a whole table (or its whole index) whatever the
 # statement's keys.
@@ -188,6 +189,9 @@ async def test_kept_plans_of_ingest_claims_replies_and_completes_walk_indexes_by
     both, _ = await tenancy.vend_endpoint(db, name="two-queues", owner=owner, queues=["default", "triage"])
     await add_todo(db, both, title="second", queue="triage")
     assert (await todos.claim_next(db, both)) is not None
+    # The lock-free look an empty claim takes (``batching.claim_rows``), of one queue and of two.
+    assert await claimable_postgresql(db, endpoint_id=endpoint.id, queues=["default"])
+    assert not await claimable_postgresql(db, endpoint_id=both.id, queues=["default", "triage"])
     await connections.create_connection(
         services, owner, kind="github", name="gh", account_key=None, secret="github-test-credential-Kp2Wq8"
     )
@@ -201,6 +205,8 @@ async def test_kept_plans_of_ingest_claims_replies_and_completes_walk_indexes_by
     assert any(sql.lstrip().startswith("WITH finished AS") for sql in kept)
     claims = [sql for sql in kept if sql.lstrip().startswith("WITH picked AS")]
     assert len(claims) == 2, claims
+    looks = [sql for sql in kept if sql.lstrip().startswith("SELECT todos.id, todos.created_at")]
+    assert len(looks) == 2, looks
 
     url = database_url.replace("postgresql+asyncpg://", "postgresql://")
     plans = await _generic_plans(url, kept, KEYED_PLAN_SETTINGS)

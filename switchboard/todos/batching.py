@@ -16,6 +16,7 @@ queue behind the writer together, in one hand-off to its thread.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -27,12 +28,15 @@ from switchboard.todos.statements import (
     Claimed,
     claim_postgresql,
     claim_sqlite,
+    claimable_postgresql,
     complete_postgresql,
     complete_sqlite,
 )
 
 # Rows one combined statement claims or completes at most: a bigger batch waits for the next one.
 STATEMENT_ROWS = 100
+# Seconds an empty claim waits before each try again while a pending todo was skipped (claim_rows).
+EMPTY_CLAIM_RETRY_WAITS = (0.0, 0.005, 0.02, 0.05)
 
 
 class _ClaimKey(NamedTuple):
@@ -152,7 +156,18 @@ async def claim_rows(
     # Checked here, in the caller's task: the combined statement runs in a task of its own.
     db.refuse_nested_write()
     key = _ClaimKey(db, endpoint_id, tuple(queues), lease_expires_at - now)
-    claimed: list[Claimed] = await _CLAIMS.submit(key, _Claim(token_hashes, attempt_ids))
+    claim = _Claim(token_hashes, attempt_ids)
+    claimed: list[Claimed] = await _CLAIMS.submit(key, claim)
+    # SKIP LOCKED also passes over a pending todo that someone other than a claimer holds for a
+    # moment: the doorbell moving its ring count, an operator's edit. Answering "empty" then would
+    # send an agent away from work that is there, so an empty claim looks without a lock and, while
+    # a todo waits, tries again after a short wait; a few times at most, so it never hangs on a
+    # lock someone keeps. (A claim that got some of what it asked for keeps what it got.)
+    for wait in EMPTY_CLAIM_RETRY_WAITS:
+        if claimed or not await claimable_postgresql(db, endpoint_id=endpoint_id, queues=queues):
+            break
+        await asyncio.sleep(wait)
+        claimed = await _CLAIMS.submit(key, claim)
     return claimed
 
 

@@ -241,7 +241,11 @@ def _attempt_columns(attempt_id: Any, todo_id: Any) -> Select[Any]:
 
 @functools.cache
 def _claim_postgresql(one_queue: bool) -> Select[Any]:
-    picked = _pick(False, 1 if one_queue else 2).with_for_update(skip_locked=True).cte("picked")
+    # FOR NO KEY UPDATE (``key_share``), the lock the UPDATE below takes anyway: it excludes the
+    # other claimers, while FOR UPDATE would also pass over a todo that a row being inserted refers
+    # to (the foreign key check holds FOR KEY SHARE on it until that insert commits).
+    pick = _pick(False, 1 if one_queue else 2)
+    picked = pick.with_for_update(skip_locked=True, key_share=True).cte("picked")
     numbered = select(
         picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
     ).cte("numbered")
@@ -351,8 +355,8 @@ async def claim_postgresql(
 ) -> list[tuple[int, Claimed]]:
     """Claim up to ``len(attempt_ids)`` of the oldest pending todos in ONE statement: each gets the
     lease, its own token hash (``token_hashes``, in claim order; None unfenced) and an attempt row
-    (``attempt_ids``, same order). The pick skips rows another claimer has locked (``FOR UPDATE
-    SKIP LOCKED``), so two claimers never get the same todo. Returns the claimed todos, oldest
+    (``attempt_ids``, same order). The pick skips rows another claimer has locked (``FOR NO KEY
+    UPDATE SKIP LOCKED``), so two claimers never get the same todo. Returns the claimed todos, oldest
     first, each with its rank in claim order (0-based: the index of its token hash and attempt id)
     and its row (``VIEW``, ``payload``, ``lease_token_hash``) with the todo's replies summary."""
     params = _claim_params(False, endpoint_id, queues, now, lease_expires_at, len(attempt_ids))
@@ -367,6 +371,27 @@ async def claim_postgresql(
     # (tests/test_kept_plans.py; migration 0011 and the UPDATE above made sure of it).
     claimed = await db.run_postgresql(one_statement, generic_plans=True)
     return [(r.rn - 1, (r, _replies_of(r))) for r in claimed]
+
+
+@functools.cache
+def _claimable_postgresql(one_queue: bool) -> Select[Any]:
+    return _pick(False, 1 if one_queue else 2)
+
+
+async def claimable_postgresql(db: Database, *, endpoint_id: str, queues: Sequence[str]) -> bool:
+    """Whether a pending todo waits in the endpoint's ``queues``: the claim's pick, without a lock
+    (so it sees the todos a claim skipped because someone held them)."""
+    params: dict[str, Any] = {"p_endpoint_id": endpoint_id, "p_limit": 1}
+    if len(queues) == 1:
+        params["p_queue"] = queues[0]
+    else:
+        params["p_queues"] = list(queues)
+    statement = _claimable_postgresql(len(queues) == 1)
+
+    async def one_statement(run: PostgreSQLRun) -> list[Any]:
+        return await run(statement, params)
+
+    return bool(await db.run_postgresql(one_statement, generic_plans=True))
 
 
 async def claim_sqlite(
