@@ -279,7 +279,9 @@ def claim_section(rows: list[dict[str, Any]]) -> list[str]:
 
 CALL_KINDS = {
     "refused": "a call refused (`complete` without `todo_id`): the MCP path, no statement",
-    "empty claim": "`claim_next` finding nothing: one claim statement",
+    "empty claim": (
+        "`claim_next` finding nothing: one claim statement (PostgreSQL: and a look without a lock)"
+    ),
     "cycle": "`claim_next` + `complete`, per call",
     "floor cycle": "bare MCP SDK floor: the same loop, per call",
     "floor cycle, waiting": "the floor, each call waiting {delay} ms first (doing nothing)",
