@@ -5,6 +5,8 @@ the run uses (the engine-specific tests skip on the other)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -99,21 +101,36 @@ async def test_two_concurrent_batch_claimers_get_disjoint_todos(db: Database) ->
     assert len(first) + len(second) == 50 and len(set(first + second)) == 50
 
 
-async def _holding(
-    db: Database, todo_id: str, lock: str, held: asyncio.Event, release: asyncio.Event
-) -> None:
-    """Hold a row lock on the todo from another connection until ``release`` is set, as the doorbell
-    does for a moment when it moves a todo's ring count (``UPDATE``) and as an insert that refers to
-    the todo does (``FOR KEY SHARE``, PostgreSQL's foreign key check)."""
-    other = Database(db.url)
+@contextlib.asynccontextmanager
+async def _locked(db: Database, todo_id: str, lock: str) -> AsyncIterator[asyncio.Event]:
+    """Hold a row lock on the todo from another connection, as the doorbell does for a moment when
+    it moves a todo's ring count (``UPDATE``) and as an insert that refers to the todo does (``FOR
+    KEY SHARE``, PostgreSQL's foreign key check). Yields an event that lets go when set; the block's
+    end lets go at the latest."""
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        other = Database(db.url)
+        try:
+            async with other.engine.connect() as conn:
+                await conn.execute(text(lock), {"id": todo_id})
+                held.set()
+                await release.wait()
+                await conn.commit()
+        finally:
+            await other.dispose()
+
+    holder = asyncio.create_task(hold())
+    waiting = asyncio.create_task(held.wait())
+    await asyncio.wait([holder, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if holder.done():
+        waiting.cancel()
+        holder.result()  # the lock could not be taken: its error, not a hang
     try:
-        async with other.engine.connect() as conn:
-            await conn.execute(text(lock), {"id": todo_id})
-            held.set()
-            await release.wait()
-            await conn.commit()
+        yield release
     finally:
-        await other.dispose()
+        release.set()
+        await holder
 
 
 async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment(db: Database) -> None:
@@ -122,59 +139,48 @@ async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment
     ep, _ = await vend(db)
     assert await todos.claim_next(db, ep) is None  # the claims' connection is open and warm
     todo = await add_todo(db, ep)
-    held, release = asyncio.Event(), asyncio.Event()
     ring = "UPDATE todos SET ring_count = ring_count + 1 WHERE id = :id"
-    holder = asyncio.create_task(_holding(db, todo.id, ring, held, release))
-    await held.wait()
-    sent = asyncio.Event()
-    db.statement_taps.append(lambda _sql, _args: sent.set())
-    try:
-        claim = asyncio.create_task(todos.claim_next(db, ep))
-        await sent.wait()
-        # The claim's pick has met the lock (a round trip is well under this) when it goes away.
-        await asyncio.sleep(0.02)
-        release.set()
-    finally:
-        db.statement_taps.clear()
-    await holder
+    async with _locked(db, todo.id, ring) as release:
+        sent = asyncio.Event()
+        db.statement_taps.append(lambda _sql, _args: sent.set())
+        try:
+            claim = asyncio.create_task(todos.claim_next(db, ep))
+            await sent.wait()
+            # The claim's pick has met the lock (a round trip is well under this) when it goes away.
+            await asyncio.sleep(0.02)
+            release.set()
+        finally:
+            db.statement_taps.clear()
     # The todo was pending the whole time: the agent gets it, not "empty".
     claimed = await claim
     assert claimed is not None and claimed["id"] == todo.id
 
 
-async def test_a_claim_held_off_for_long_answers_empty_soon_and_claims_later(db: Database) -> None:
+@pytest.mark.parametrize(
+    ("lock", "while_held"),
+    [
+        # Someone who keeps a todo locked as an update would: the claim does not wait for them.
+        ("SELECT id FROM todos WHERE id = :id FOR NO KEY UPDATE", None),
+        # What a transaction inserting a row that refers to the todo holds until it commits: no
+        # reason to pass the todo over.
+        ("SELECT id FROM todos WHERE id = :id FOR KEY SHARE", "claimed"),
+    ],
+    ids=["locked-as-for-an-update", "referred-to-by-a-new-row"],
+)
+async def test_a_claim_while_another_transaction_holds_the_todo(
+    db: Database, lock: str, while_held: str | None
+) -> None:
     if db.is_sqlite:
         pytest.skip("PostgreSQL's row locks")
     ep, _ = await vend(db)
     todo = await add_todo(db, ep)
-    held, release = asyncio.Event(), asyncio.Event()
-    lock = "SELECT id FROM todos WHERE id = :id FOR NO KEY UPDATE"
-    holder = asyncio.create_task(_holding(db, todo.id, lock, held, release))
-    await held.wait()
-    # Locked by someone who keeps it: the claim does not wait for them.
-    assert await asyncio.wait_for(todos.claim_next(db, ep), 1.0) is None
-    release.set()
-    await holder
-    claimed = await todos.claim_next(db, ep)
-    assert claimed is not None and claimed["id"] == todo.id
-
-
-async def test_a_claim_takes_a_todo_another_row_refers_to_meanwhile(db: Database) -> None:
-    if db.is_sqlite:
-        pytest.skip("PostgreSQL's row locks")
-    ep, _ = await vend(db)
-    todo = await add_todo(db, ep)
-    held, release = asyncio.Event(), asyncio.Event()
-    # What a transaction inserting a row that refers to the todo holds until it commits.
-    key_share = "SELECT id FROM todos WHERE id = :id FOR KEY SHARE"
-    holder = asyncio.create_task(_holding(db, todo.id, key_share, held, release))
-    await held.wait()
-    try:
+    async with _locked(db, todo.id, lock):
         claimed = await asyncio.wait_for(todos.claim_next(db, ep), 1.0)
-        assert claimed is not None and claimed["id"] == todo.id
-    finally:
-        release.set()
-        await holder
+        assert (claimed and claimed["state"]) == while_held
+    if claimed is None:
+        # Once let go, it is claimed.
+        claimed = await todos.claim_next(db, ep)
+    assert claimed is not None and claimed["id"] == todo.id
 
 
 async def test_batch_claims_over_mcp(db: Database, base_url: str) -> None:
