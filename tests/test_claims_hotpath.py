@@ -102,18 +102,19 @@ async def test_two_concurrent_batch_claimers_get_disjoint_todos(db: Database) ->
 
 
 @contextlib.asynccontextmanager
-async def _locked(db: Database, todo_id: str, lock: str) -> AsyncIterator[asyncio.Event]:
-    """Hold a row lock on the todo from another connection, as the doorbell does for a moment when
-    it moves a todo's ring count (``UPDATE``) and as an insert that refers to the todo does (``FOR
-    KEY SHARE``, PostgreSQL's foreign key check). Yields an event that lets go when set; the block's
-    end lets go at the latest."""
+async def _open_transaction(db: Database, todo_id: str, statement: str) -> AsyncIterator[asyncio.Event]:
+    """Run ``statement`` (``:id``: the todo's id) in a transaction of another connection and keep it
+    open: its row locks held, as the doorbell holds a todo for a moment when it moves its ring count
+    (``UPDATE``) and an insert that refers to the todo does (``FOR KEY SHARE``, PostgreSQL's foreign
+    key check); its rows not yet committed. Yields an event that commits when set; the block's end
+    commits at the latest."""
     held, release = asyncio.Event(), asyncio.Event()
 
     async def hold() -> None:
         other = Database(db.url)
         try:
             async with other.engine.connect() as conn:
-                await conn.execute(text(lock), {"id": todo_id})
+                await conn.execute(text(statement), {"id": todo_id})
                 held.set()
                 await release.wait()
                 await conn.commit()
@@ -140,7 +141,7 @@ async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment
     assert await todos.claim_next(db, ep) is None  # the claims' connection is open and warm
     todo = await add_todo(db, ep)
     ring = "UPDATE todos SET ring_count = ring_count + 1 WHERE id = :id"
-    async with _locked(db, todo.id, ring) as release:
+    async with _open_transaction(db, todo.id, ring) as release:
         sent = asyncio.Event()
         db.statement_taps.append(lambda _sql, _args: sent.set())
         try:
@@ -174,13 +175,44 @@ async def test_a_claim_while_another_transaction_holds_the_todo(
         pytest.skip("PostgreSQL's row locks")
     ep, _ = await vend(db)
     todo = await add_todo(db, ep)
-    async with _locked(db, todo.id, lock):
+    async with _open_transaction(db, todo.id, lock):
         claimed = await asyncio.wait_for(todos.claim_next(db, ep), 1.0)
         assert (claimed and claimed["state"]) == while_held
     if claimed is None:
         # Once let go, it is claimed.
         claimed = await todos.claim_next(db, ep)
     assert claimed is not None and claimed["id"] == todo.id
+
+
+async def test_a_claim_numbers_its_attempt_after_one_committed_while_it_ran(db: Database) -> None:
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's snapshots; SQLite's writer takes turns")
+    ep, _ = await vend(db)
+    assert await todos.claim_next(db, ep) is None  # the claims' connection is open and warm
+    todo = await add_todo(db, ep)
+    # Attempt 1 of the todo, committed after the claim's statement has begun: its snapshot does not
+    # see it, as when another agent claimed and released the todo while the statement ran. (Its
+    # insert of the same number waits for this one, then finds the number taken.)
+    attempt = (
+        "INSERT INTO attempts (id, todo_id, number, endpoint_id, claimed_at, lease_expires_at,"
+        " heartbeats, outcome, ended_at)"
+        " VALUES ('at_meanwhile', :id, 1, 'ep_other', now(), now(), 0, 'released', now())"
+    )
+    async with _open_transaction(db, todo.id, attempt) as commit:
+        sent = asyncio.Event()
+        db.statement_taps.append(lambda _sql, _args: sent.set())
+        try:
+            claim = asyncio.create_task(todos.claim_next(db, ep))
+            await sent.wait()
+            await asyncio.sleep(0.02)
+            commit.set()
+        finally:
+            db.statement_taps.clear()
+    # Not an error: claimed, its attempt numbered after the one committed meanwhile.
+    claimed = await claim
+    assert claimed is not None and claimed["id"] == todo.id and claimed["state"] == "claimed"
+    numbered = [(a.id == "at_meanwhile", a.number) for a in await _attempts(db, todo.id)]
+    assert numbered == [(True, 1), (False, 2)]
 
 
 async def test_batch_claims_over_mcp(db: Database, base_url: str) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from sqlalchemy.exc import DBAPIError
+
 from switchboard.db import Database, is_unavailable, utcnow
 from switchboard.direct import Combiner, Outcome
 from switchboard.todos.statements import (
@@ -37,6 +39,11 @@ from switchboard.todos.statements import (
 STATEMENT_ROWS = 100
 # Seconds an empty claim waits before each try again while a pending todo was skipped (claim_rows).
 EMPTY_CLAIM_RETRY_WAITS = (0.0, 0.005, 0.02, 0.05)
+# Claims that meet an attempt number taken meanwhile run again this many times before the last try,
+# whose error is the caller's (_submit_claim); the unique (todo_id, number) of attempts, by its name
+# in the schema (migration 0001).
+NUMBER_TAKEN_RETRIES = 3
+ATTEMPT_NUMBER_CONSTRAINT = "uq_attempts_todo_id"
 
 
 class _ClaimKey(NamedTuple):
@@ -157,7 +164,7 @@ async def claim_rows(
     db.refuse_nested_write()
     key = _ClaimKey(db, endpoint_id, tuple(queues), lease_expires_at - now)
     claim = _Claim(token_hashes, attempt_ids)
-    claimed: list[Claimed] = await _CLAIMS.submit(key, claim)
+    claimed = await _submit_claim(key, claim)
     # SKIP LOCKED also passes over a pending todo that someone other than a claimer holds for a
     # moment: the doorbell moving its ring count, an operator's edit. Answering "empty" then would
     # send an agent away from work that is there, so an empty claim looks without a lock and, while
@@ -167,8 +174,24 @@ async def claim_rows(
         if claimed or not await claimable_postgresql(db, endpoint_id=endpoint_id, queues=queues):
             break
         await asyncio.sleep(wait)
-        claimed = await _CLAIMS.submit(key, claim)
+        claimed = await _submit_claim(key, claim)
     return claimed
+
+
+async def _submit_claim(key: _ClaimKey, claim: _Claim) -> list[Claimed]:
+    # A claim statement numbers its attempts from its snapshot: another agent's claim and release of
+    # the same todo, both committed while the statement ran, leave a number it did not see, and the
+    # unique (todo_id, number) refuses the whole statement, which then wrote nothing. Such a claim
+    # runs again: a new statement has a new snapshot, and numbers after it.
+    for _ in range(NUMBER_TAKEN_RETRIES):
+        try:
+            claimed: list[Claimed] = await _CLAIMS.submit(key, claim)
+            return claimed
+        except DBAPIError as exc:
+            if getattr(exc.orig, "constraint_name", None) != ATTEMPT_NUMBER_CONSTRAINT:
+                raise
+    last: list[Claimed] = await _CLAIMS.submit(key, claim)
+    return last
 
 
 async def complete_row(

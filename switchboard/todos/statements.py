@@ -328,19 +328,22 @@ def _claim_params(
     lease_expires_at: datetime,
     limit: int,
 ) -> dict[str, Any]:
-    params: dict[str, Any] = {
+    return {
         "p_endpoint_id": endpoint_id,
         "p_limit": limit,
         "p_now": now,
         "p_lease_expires_at": lease_expires_at,
+        **_queue_params(sqlite, queues),
     }
+
+
+def _queue_params(sqlite: bool, queues: Sequence[str]) -> dict[str, Any]:
+    """The queue binds of ``_pick``."""
     if len(queues) == 1:
-        params["p_queue"] = queues[0]
-    elif sqlite:
-        params.update({f"p_queue_{i}": q for i, q in enumerate(queues)})
-    else:
-        params["p_queues"] = list(queues)
-    return params
+        return {"p_queue": queues[0]}
+    if sqlite:
+        return {f"p_queue_{i}": q for i, q in enumerate(queues)}
+    return {"p_queues": list(queues)}
 
 
 async def claim_postgresql(
@@ -381,11 +384,7 @@ def _claimable_postgresql(one_queue: bool) -> Select[Any]:
 async def claimable_postgresql(db: Database, *, endpoint_id: str, queues: Sequence[str]) -> bool:
     """Whether a pending todo waits in the endpoint's ``queues``: the claim's pick, without a lock
     (so it sees the todos a claim skipped because someone held them)."""
-    params: dict[str, Any] = {"p_endpoint_id": endpoint_id, "p_limit": 1}
-    if len(queues) == 1:
-        params["p_queue"] = queues[0]
-    else:
-        params["p_queues"] = list(queues)
+    params = {"p_endpoint_id": endpoint_id, "p_limit": 1, **_queue_params(False, queues)}
     statement = _claimable_postgresql(len(queues) == 1)
 
     async def one_statement(run: PostgreSQLRun) -> list[Any]:
