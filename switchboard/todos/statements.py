@@ -266,7 +266,7 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
     # The attempt number reads the statement's snapshot. Only a claim and a release of the same todo
     # by someone else, both committed between this statement's start and its lock on the row, could
     # hide an attempt from it; the unique (todo_id, number) then refuses the whole claim (nothing
-    # is written) rather than number two attempts alike.
+    # is written) rather than number two attempts alike, and ``batching`` runs it again.
     attempts = (
         insert(_ATTEMPTS)
         .from_select(_ATTEMPT_COLUMNS, _attempt_columns(ids[claimed.c.rn], claimed.c.id))
