@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 from switchboard import todos
 from switchboard.db import Database, NestedWrite, PostgreSQLRun
 from switchboard.errors import SwitchboardError
-from switchboard.models import Attempt, Human, Todo
+from switchboard.models import Attempt, Endpoint, Human, Todo
 from switchboard.testing import add_todo, connect, vend
 
 
@@ -134,26 +134,38 @@ async def _open_transaction(db: Database, todo_id: str, statement: str) -> Async
         await holder
 
 
-async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment(db: Database) -> None:
+async def _one_pending(db: Database) -> tuple[Endpoint, Todo]:
+    """An endpoint whose claims' connection is open and warm, and one pending todo of it. PostgreSQL
+    only: these tests are about its row locks and snapshots; SQLite's writer takes turns."""
     if db.is_sqlite:
-        pytest.skip("PostgreSQL's row locks; SQLite's writer takes turns")
+        pytest.skip("PostgreSQL's row locks and snapshots")
     ep, _ = await vend(db)
-    assert await todos.claim_next(db, ep) is None  # the claims' connection is open and warm
-    todo = await add_todo(db, ep)
-    ring = "UPDATE todos SET ring_count = ring_count + 1 WHERE id = :id"
-    async with _open_transaction(db, todo.id, ring) as release:
+    assert await todos.claim_next(db, ep) is None
+    return ep, await add_todo(db, ep)
+
+
+async def _claim_meeting(db: Database, ep: Endpoint, todo_id: str, statement: str) -> dict[str, Any] | None:
+    """``claim_next`` while another transaction that ran ``statement`` is open (``_open_transaction``).
+    That transaction commits 20 ms after the claim's first statement is sent: a round trip is well
+    under that, so the statement has met what the transaction holds or wrote by then."""
+    async with _open_transaction(db, todo_id, statement) as commit:
         sent = asyncio.Event()
         db.statement_taps.append(lambda _sql, _args: sent.set())
         try:
             claim = asyncio.create_task(todos.claim_next(db, ep))
             await sent.wait()
-            # The claim's pick has met the lock (a round trip is well under this) when it goes away.
             await asyncio.sleep(0.02)
-            release.set()
+            commit.set()
         finally:
             db.statement_taps.clear()
+    return await claim
+
+
+async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment(db: Database) -> None:
+    ep, todo = await _one_pending(db)
+    ring = "UPDATE todos SET ring_count = ring_count + 1 WHERE id = :id"
+    claimed = await _claim_meeting(db, ep, todo.id, ring)
     # The todo was pending the whole time: the agent gets it, not "empty".
-    claimed = await claim
     assert claimed is not None and claimed["id"] == todo.id
 
 
@@ -171,10 +183,7 @@ async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment
 async def test_a_claim_while_another_transaction_holds_the_todo(
     db: Database, lock: str, while_held: str | None
 ) -> None:
-    if db.is_sqlite:
-        pytest.skip("PostgreSQL's row locks")
-    ep, _ = await vend(db)
-    todo = await add_todo(db, ep)
+    ep, todo = await _one_pending(db)
     async with _open_transaction(db, todo.id, lock):
         claimed = await asyncio.wait_for(todos.claim_next(db, ep), 1.0)
         assert (claimed and claimed["state"]) == while_held
@@ -185,11 +194,7 @@ async def test_a_claim_while_another_transaction_holds_the_todo(
 
 
 async def test_a_claim_numbers_its_attempt_after_one_committed_while_it_ran(db: Database) -> None:
-    if db.is_sqlite:
-        pytest.skip("PostgreSQL's snapshots; SQLite's writer takes turns")
-    ep, _ = await vend(db)
-    assert await todos.claim_next(db, ep) is None  # the claims' connection is open and warm
-    todo = await add_todo(db, ep)
+    ep, todo = await _one_pending(db)
     # Attempt 1 of the todo, committed after the claim's statement has begun: its snapshot does not
     # see it, as when another agent claimed and released the todo while the statement ran. (Its
     # insert of the same number waits for this one, then finds the number taken.)
@@ -198,18 +203,8 @@ async def test_a_claim_numbers_its_attempt_after_one_committed_while_it_ran(db: 
         " heartbeats, outcome, ended_at)"
         " VALUES ('at_meanwhile', :id, 1, 'ep_other', now(), now(), 0, 'released', now())"
     )
-    async with _open_transaction(db, todo.id, attempt) as commit:
-        sent = asyncio.Event()
-        db.statement_taps.append(lambda _sql, _args: sent.set())
-        try:
-            claim = asyncio.create_task(todos.claim_next(db, ep))
-            await sent.wait()
-            await asyncio.sleep(0.02)
-            commit.set()
-        finally:
-            db.statement_taps.clear()
+    claimed = await _claim_meeting(db, ep, todo.id, attempt)
     # Not an error: claimed, its attempt numbered after the one committed meanwhile.
-    claimed = await claim
     assert claimed is not None and claimed["id"] == todo.id and claimed["state"] == "claimed"
     numbered = [(a.id == "at_meanwhile", a.number) for a in await _attempts(db, todo.id)]
     assert numbered == [(True, 1), (False, 2)]
