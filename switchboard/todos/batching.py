@@ -4,7 +4,7 @@ concurrent calls share statements.
 On PostgreSQL, claims of the same endpoint, queues and lease length that arrive while one of
 theirs is running wait, and then go together as ONE claim statement (``statements.claim_postgresql``
 with the sum of their ``max``); completes of one endpoint likewise as one complete statement
-(``statements.complete_postgresql``). A call alone runs at once. Each caller still gets its own
+(``completes.complete_postgresql``). A call alone runs at once. Each caller still gets its own
 todos, each with its own lease, token and attempt row, and is refused exactly as alone: the
 statements check every todo as the single-call ones did (``SKIP LOCKED`` pick, state, lease, token).
 Sixteen agents claiming from one endpoint then cost a few statements per round instead of
@@ -26,14 +26,8 @@ from sqlalchemy.exc import DBAPIError
 
 from switchboard.db import Database, is_unavailable, utcnow
 from switchboard.direct import Combiner, Outcome
-from switchboard.todos.statements import (
-    Claimed,
-    claim_postgresql,
-    claim_sqlite,
-    claimable_postgresql,
-    complete_postgresql,
-    complete_sqlite,
-)
+from switchboard.todos.completes import complete_postgresql, complete_sqlite
+from switchboard.todos.statements import Claimed, claim_postgresql, claim_sqlite, claimable_postgresql
 
 # Rows one combined statement claims or completes at most: a bigger batch waits for the next one.
 STATEMENT_ROWS = 100

@@ -4,7 +4,8 @@
 each is ONE statement (data-modifying CTEs), run in autocommit on asyncpg directly
 (``Database.run_postgresql``), so it costs one round trip; on SQLite each is an ``UPDATE …
 RETURNING`` plus the attempt row, the whole transaction run in one hand-off to the writer's thread
-(``Database.run_sqlite``). Both are still built here in SQLAlchemy Core and compiled by it, once.
+(``Database.run_sqlite``). Both are built in SQLAlchemy Core and compiled by it, once: the claims
+here, the completes in ``completes`` (with what they share from here).
 The other verbs (``claim`` by id, ``heartbeat``, ``fail``, ``release``) lock the todo through the
 ORM and use ``add_attempt`` / ``update_open_attempt`` for their attempt row.
 
@@ -21,7 +22,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
-    JSON,
     BindParameter,
     Column,
     ColumnElement,
@@ -30,11 +30,9 @@ from sqlalchemy import (
     Select,
     String,
     Table,
-    Text,
     Update,
     any_,
     bindparam,
-    column,
     func,
     insert,
     literal,
@@ -51,16 +49,16 @@ from switchboard.models import Attempt, Reply, Todo
 from switchboard.todos.views import payload_column
 
 # Tables (the ORM types ``__table__`` as any FromClause; these are tables).
-_TODOS = cast(Table, Todo.__table__)
-_ATTEMPTS = cast(Table, Attempt.__table__)
+TODOS = cast(Table, Todo.__table__)
+ATTEMPTS = cast(Table, Attempt.__table__)
 _REPLIES = cast(Table, Reply.__table__)
-T = _TODOS.c
-A = _ATTEMPTS.c
+T = TODOS.c
+A = ATTEMPTS.c
 R = _REPLIES.c
 # Another attempts row, inside statements that write ``attempts`` themselves (an unaliased
 # subquery would correlate to the row being written).
-_PRIOR = _ATTEMPTS.alias("prior")
-_STRINGS = ARRAY(String)
+PRIOR = ATTEMPTS.alias("prior")
+STRINGS = ARRAY(String)
 
 # The columns ``todo_row`` shows: every verb's statement returns exactly these.
 VIEW = (
@@ -116,8 +114,8 @@ def _next_number(todo_id: Any) -> Any:
     keeps its row in the history, so the number is the todo's highest one plus one. Run after the
     claim locked the todo, so it sees every earlier attempt."""
     return (
-        select(func.coalesce(func.max(_PRIOR.c.number), 0) + 1)
-        .where(_PRIOR.c.todo_id == todo_id)
+        select(func.coalesce(func.max(PRIOR.c.number), 0) + 1)
+        .where(PRIOR.c.todo_id == todo_id)
         .scalar_subquery()
     )
 
@@ -154,18 +152,18 @@ async def add_attempt(
     )
     row = (
         await s.execute(
-            insert(_ATTEMPTS).from_select(_ATTEMPT_COLUMNS, numbered).returning(*summary_columns(todo_id))
+            insert(ATTEMPTS).from_select(_ATTEMPT_COLUMNS, numbered).returning(*summary_columns(todo_id))
         )
     ).one()
     return summary_of(*row)
 
 
-def _open_attempt(todo_id: Any) -> Any:
+def open_attempt(todo_id: Any) -> Any:
     """The todo's open attempt (its newest unended one)."""
     return (
-        select(_PRIOR.c.id)
-        .where(_PRIOR.c.todo_id == todo_id, _PRIOR.c.ended_at.is_(None))
-        .order_by(_PRIOR.c.number.desc())
+        select(PRIOR.c.id)
+        .where(PRIOR.c.todo_id == todo_id, PRIOR.c.ended_at.is_(None))
+        .order_by(PRIOR.c.number.desc())
         .limit(1)
         .scalar_subquery()
     )
@@ -177,8 +175,8 @@ async def update_open_attempt(s: Executor, todo_id: str, **values: Any) -> dict[
     the verbs never required one). Called after the todo is locked."""
     row = (
         await s.execute(
-            update(_ATTEMPTS)
-            .where(A.id == _open_attempt(todo_id))
+            update(ATTEMPTS)
+            .where(A.id == open_attempt(todo_id))
             .values(**values)
             .returning(*summary_columns(todo_id))
         )
@@ -191,7 +189,7 @@ async def update_open_attempt(s: Executor, todo_id: str, **values: Any) -> dict[
 # pays neither for building it nor for SQLAlchemy's compilation (its cache key is memoized).
 
 
-def _param(name: str, column: Column[Any]) -> BindParameter[Any]:
+def param(name: str, column: Column[Any]) -> BindParameter[Any]:
     return bindparam(name, type_=column.type)
 
 
@@ -199,11 +197,11 @@ def _claimed_values(token_hash: Any) -> dict[str, Any]:
     return {
         "state": "claimed",
         "attempt": T.attempt + 1,
-        "lease_expires_at": _param("p_lease_expires_at", T.lease_expires_at),
+        "lease_expires_at": param("p_lease_expires_at", T.lease_expires_at),
         "lease_token_hash": token_hash,
         "next_retry_at": None,
         "next_ring_at": None,
-        "updated_at": _param("p_now", T.updated_at),
+        "updated_at": param("p_now", T.updated_at),
     }
 
 
@@ -211,17 +209,17 @@ def _pick(sqlite: bool, queues: int) -> Select[Any]:
     """The oldest pending todos of the endpoint (in its ``queues`` queues), walking
     ``ix_todos_claimable``."""
     if queues == 1:
-        queue = T.queue == _param("p_queue", T.queue)
+        queue = T.queue == param("p_queue", T.queue)
     elif sqlite:
         # One bind per queue (``p_queue_0`` …), not an expanding IN: a direct statement's text is
         # fixed once compiled. One statement per number of queues an endpoint has.
-        queue = T.queue.in_([_param(f"p_queue_{i}", T.queue) for i in range(queues)])
+        queue = T.queue.in_([param(f"p_queue_{i}", T.queue) for i in range(queues)])
     else:
         # PostgreSQL plans an IN list as exactly this; one array keeps the statement text fixed.
-        queue = T.queue == any_(bindparam("p_queues", type_=_STRINGS))
+        queue = T.queue == any_(bindparam("p_queues", type_=STRINGS))
     return (
         select(T.id, T.created_at)
-        .where(T.endpoint_id == _param("p_endpoint_id", T.endpoint_id), T.state == PENDING, queue)
+        .where(T.endpoint_id == param("p_endpoint_id", T.endpoint_id), T.state == PENDING, queue)
         .order_by(T.created_at)
         .limit(bindparam("p_limit", type_=Integer))
     )
@@ -232,9 +230,9 @@ def _attempt_columns(attempt_id: Any, todo_id: Any) -> Select[Any]:
         attempt_id,
         todo_id,
         _next_number(todo_id),
-        _param("p_endpoint_id", A.endpoint_id),
-        _param("p_now", A.claimed_at),
-        _param("p_lease_expires_at", A.lease_expires_at),
+        param("p_endpoint_id", A.endpoint_id),
+        param("p_now", A.claimed_at),
+        param("p_lease_expires_at", A.lease_expires_at),
         literal(0, A.heartbeats.type),
     )
 
@@ -250,14 +248,14 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
         picked.c.id, func.row_number().over(order_by=(picked.c.created_at, picked.c.id)).label("rn")
     ).cte("numbered")
     # Arrays indexed by the claim's rank: the n-th claimed todo gets the n-th token hash and id.
-    hashes = Grouping(bindparam("p_token_hashes", type_=_STRINGS))
-    ids = Grouping(bindparam("p_attempt_ids", type_=_STRINGS))
+    hashes = Grouping(bindparam("p_token_hashes", type_=STRINGS))
+    ids = Grouping(bindparam("p_attempt_ids", type_=STRINGS))
     # No second ``state = 'pending'`` here: the pick locked each row (``FOR UPDATE``) after checking
     # that its newest version is pending, and nobody else can change a row this statement holds.
     # Written again, it let a plan kept without statistics join through a whole pending-only index
     # (``ix_todos_claimable``) instead of looking each id up: 103 ms a claim at 300,000 pending.
     claimed = (
-        update(_TODOS)
+        update(TODOS)
         .where(T.id == numbered.c.id)
         .values(**_claimed_values(hashes[numbered.c.rn]))
         .returning(*VIEW, payload_column(), T.lease_token_hash, numbered.c.rn)
@@ -268,7 +266,7 @@ def _claim_postgresql(one_queue: bool) -> Select[Any]:
     # hide an attempt from it; the unique (todo_id, number) then refuses the whole claim (nothing
     # is written) rather than number two attempts alike, and ``batching`` runs it again.
     attempts = (
-        insert(_ATTEMPTS)
+        insert(ATTEMPTS)
         .from_select(_ATTEMPT_COLUMNS, _attempt_columns(ids[claimed.c.rn], claimed.c.id))
         .cte("attempts_added")
     )
@@ -300,7 +298,7 @@ def _claim_sqlite(queues: int) -> tuple[Update, Insert]:
         bindparam("p_token_hashes", type_=String), func.printf("$[%d]", numbered.c.rn - 1)
     )
     claim = (
-        update(_TODOS)
+        update(TODOS)
         .where(T.id == numbered.c.id, T.state == PENDING)
         .values(**_claimed_values(token_hash))
         .returning(*VIEW, payload_column(), T.lease_token_hash)
@@ -310,7 +308,7 @@ def _claim_sqlite(queues: int) -> tuple[Update, Insert]:
     pair = func.json_each(bindparam("p_pairs", type_=String)).table_valued("value").alias("pair")
     todo_id = func.json_extract(pair.c.value, "$[1]")
     add = (
-        insert(_ATTEMPTS)
+        insert(ATTEMPTS)
         .from_select(
             _ATTEMPT_COLUMNS,
             _attempt_columns(func.json_extract(pair.c.value, "$[0]"), todo_id).select_from(pair),
@@ -373,7 +371,7 @@ async def claim_postgresql(
     # claim (0.3-0.5 ms), and a kept plan stays an index walk at any size, statistics or none
     # (tests/test_kept_plans.py; migration 0011 and the UPDATE above made sure of it).
     claimed = await db.run_postgresql(one_statement, generic_plans=True)
-    return [(r.rn - 1, (r, _replies_of(r))) for r in claimed]
+    return [(r.rn - 1, (r, replies_of(r))) for r in claimed]
 
 
 @functools.cache
@@ -424,175 +422,6 @@ async def claim_sqlite(
     return await db.run_sqlite(transaction)
 
 
-def _held_by_caller() -> ColumnElement[bool]:
-    """The todo is the endpoint's and the caller holds its claim: ``lifecycle._held`` in SQL (claimed,
-    the lease not expired, the token the claim's: both absent, or the same hash)."""
-    return (
-        (T.id == _param("p_todo_id", T.id))
-        & (T.endpoint_id == _param("p_endpoint_id", T.endpoint_id))
-        & (T.state == CLAIMED)
-        & (T.lease_expires_at > _param("p_now", T.lease_expires_at))
-        & T.lease_token_hash.is_not_distinct_from(_param("p_token_hash", T.lease_token_hash))
-    )
-
-
-_DONE_VALUES: dict[str, Any] = {
-    "state": "done",
-    # None stays SQL NULL, as the ORM stored it (a plain JSON bind would store the JSON 'null').
-    "result": bindparam("p_result", type_=JSON(none_as_null=True)),
-    "lease_expires_at": None,
-    "lease_token_hash": None,
-    "next_ring_at": None,
-    "finished_at": _param("p_now", T.finished_at),
-    "finished_by": _param("p_endpoint_id", T.finished_by),
-    "updated_at": _param("p_now", T.updated_at),
-}
-_CLOSED_VALUES: dict[str, Any] = {
-    "outcome": "completed",
-    "ended_at": _param("p_now", A.ended_at),
-    "summary": _param("p_summary", A.summary),
-    "error": None,
-}
-
-
-@functools.cache
-def _complete_postgresql() -> Select[Any]:
-    """Many completes of one endpoint in one statement: the n-th todo id, token hash, result and
-    summary of the arrays are one caller's, and each row is checked as ``_held_by_caller`` checks
-    one. The output names each finished todo's ``n`` (1-based); a caller without a row is refused."""
-    given = (
-        func.unnest(
-            bindparam("p_todo_ids", type_=_STRINGS),
-            bindparam("p_token_hashes", type_=_STRINGS),
-            bindparam("p_results", type_=ARRAY(JSON(none_as_null=True))),
-            bindparam("p_summaries", type_=ARRAY(Text)),
-        )
-        .table_valued(
-            column("todo_id", String),
-            column("token_hash", String),
-            column("result", JSON),
-            column("summary", Text),
-            with_ordinality="n",
-        )
-        .render_derived(name="given")
-    )
-    finished = (
-        update(_TODOS)
-        .where(
-            T.id == given.c.todo_id,
-            T.endpoint_id == _param("p_endpoint_id", T.endpoint_id),
-            T.state == CLAIMED,
-            T.lease_expires_at > _param("p_now", T.lease_expires_at),
-            T.lease_token_hash.is_not_distinct_from(given.c.token_hash),
-        )
-        .values(**{**_DONE_VALUES, "result": given.c.result})
-        .returning(*VIEW, given.c.summary, given.c.n)
-        .cte("finished")
-    )
-    open_attempt = (
-        select(_PRIOR.c.id)
-        .where(_PRIOR.c.todo_id == finished.c.id, _PRIOR.c.ended_at.is_(None))
-        .order_by(_PRIOR.c.number.desc())
-        .limit(1)
-        .correlate(finished)
-        .scalar_subquery()
-    )
-    closed = (
-        update(_ATTEMPTS)
-        .where(A.todo_id == finished.c.id, A.id == open_attempt)
-        .values(**{**_CLOSED_VALUES, "summary": finished.c.summary})
-        .cte("attempt_closed")
-    )
-    count, state, permalink = summary_columns(finished.c.id)
-    return select(
-        *(finished.c[c.name] for c in VIEW),
-        count.label("reply_count"),
-        state.label("reply_state"),
-        permalink.label("reply_permalink"),
-        finished.c.n,
-    ).add_cte(closed)
-
-
-@functools.cache
-def _complete_sqlite() -> tuple[Update, Update, Select[Any]]:
-    todo_id = _param("p_todo_id", A.todo_id)
-    return (
-        update(_TODOS).where(_held_by_caller()).values(**_DONE_VALUES).returning(*VIEW),
-        update(_ATTEMPTS)
-        .where(A.id == _open_attempt(todo_id))
-        .values(**_CLOSED_VALUES)
-        .returning(*summary_columns(todo_id)),
-        select(*summary_columns(todo_id)),
-    )
-
-
-async def complete_postgresql(
-    db: Database,
-    *,
-    endpoint_id: str,
-    now: datetime,
-    todo_ids: list[str],
-    token_hashes: list[str | None],
-    results: list[Any],
-    summaries: list[str | None],
-) -> dict[int, Claimed]:
-    """Finish the todos the callers hold and close their open attempts, in ONE statement (the
-    lists are one entry per caller). Returns, by caller index (0-based), the finished todo's
-    ``VIEW`` row with its replies summary; a caller who does not hold its todo has no entry (nothing
-    of it is written)."""
-    params = {
-        "p_endpoint_id": endpoint_id,
-        "p_now": now,
-        "p_todo_ids": todo_ids,
-        "p_token_hashes": token_hashes,
-        "p_results": results,
-        "p_summaries": summaries,
-    }
-    statement = _complete_postgresql()
-
-    async def one_statement(run: PostgreSQLRun) -> list[Any]:
-        return await run(statement, params)
-
-    # By key (the todo ids): a kept generic plan serves it (Database.run_postgresql).
-    rows = await db.run_postgresql(one_statement, generic_plans=True)
-    return {r.n - 1: (r, _replies_of(r)) for r in rows}
-
-
-async def complete_sqlite(
-    db: Database,
-    *,
-    todo_id: str,
-    endpoint_id: str,
-    token_hash: str | None,
-    now: datetime,
-    result: Any,
-    summary: str | None,
-) -> Claimed | None:
-    """Finish a todo the caller holds and close its open attempt (the todo's ``UPDATE …
-    RETURNING`` and the attempt's, in the writer's transaction); its ``VIEW`` row with its replies
-    summary, or None when the caller does not hold it (nothing is written then)."""
-    params = {
-        "p_todo_id": todo_id,
-        "p_endpoint_id": endpoint_id,
-        "p_token_hash": token_hash,
-        "p_now": now,
-        "p_result": result,
-        "p_summary": summary,
-    }
-    done, close, summarise = _complete_sqlite()
-
-    def transaction(run: SQLiteRun) -> Claimed | None:
-        rows = run(done, params)
-        if not rows:
-            return None
-        closed = run(close, params)
-        # No open attempt (every claim opens one, but a row edited by hand may lack it): read the
-        # summary.
-        replies = closed[0] if closed else run(summarise, params)[0]
-        return rows[0], summary_of(*replies)
-
-    return await db.run_sqlite(transaction)
-
-
-def _replies_of(row: Any) -> dict[str, Any]:
+def replies_of(row: Any) -> dict[str, Any]:
+    """The replies summary of a row a statement returned with ``summary_columns``."""
     return summary_of(row.reply_count, row.reply_state, row.reply_permalink)
