@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import event, func, insert, select, text
@@ -18,6 +18,8 @@ from switchboard.db import Database, NestedWrite, PostgreSQLRun
 from switchboard.errors import SwitchboardError
 from switchboard.models import Attempt, Endpoint, Human, Todo
 from switchboard.testing import add_todo, connect, vend
+
+T = TypeVar("T")
 
 
 async def _code(coro: Any) -> str:
@@ -102,19 +104,22 @@ async def test_two_concurrent_batch_claimers_get_disjoint_todos(db: Database) ->
 
 
 @contextlib.asynccontextmanager
-async def _open_transaction(db: Database, todo_id: str, statement: str) -> AsyncIterator[asyncio.Event]:
-    """Run ``statement`` (``:id``: the todo's id) in a transaction of another connection and keep it
-    open: its row locks held, as the doorbell holds a todo for a moment when it moves its ring count
-    (``UPDATE``) and an insert that refers to the todo does (``FOR KEY SHARE``, PostgreSQL's foreign
-    key check); its rows not yet committed. Yields an event that commits when set; the block's end
-    commits at the latest."""
+async def _open_transaction(
+    db: Database, todo_id: str, statements: str | Sequence[str], **params: str
+) -> AsyncIterator[asyncio.Event]:
+    """Run ``statements`` (``:id``: the todo's id; ``params`` the rest) in one transaction of another
+    connection and keep it open: its row locks held, as the doorbell holds a todo for a moment when
+    it moves its ring count (``UPDATE``) and an insert that refers to the todo does (``FOR KEY
+    SHARE``, PostgreSQL's foreign key check); its rows not yet committed. Yields an event that
+    commits when set; the block's end commits at the latest."""
     held, release = asyncio.Event(), asyncio.Event()
 
     async def hold() -> None:
         other = Database(db.url)
         try:
             async with other.engine.connect() as conn:
-                await conn.execute(text(statement), {"id": todo_id})
+                for statement in [statements] if isinstance(statements, str) else statements:
+                    await conn.execute(text(statement), {"id": todo_id, **params})
                 held.set()
                 await release.wait()
                 await conn.commit()
@@ -144,27 +149,33 @@ async def _one_pending(db: Database) -> tuple[Endpoint, Todo]:
     return ep, await add_todo(db, ep)
 
 
-async def _claim_meeting(db: Database, ep: Endpoint, todo_id: str, statement: str) -> dict[str, Any] | None:
-    """``claim_next`` while another transaction that ran ``statement`` is open (``_open_transaction``).
-    That transaction commits 20 ms after the claim's first statement is sent: a round trip is well
+async def _meeting(
+    db: Database,
+    todo_id: str,
+    statements: str | Sequence[str],
+    verb: Callable[[], Awaitable[T]],
+    **params: str,
+) -> T:
+    """``verb()`` while another transaction that ran ``statements`` is open (``_open_transaction``).
+    That transaction commits 20 ms after the verb's first statement is sent: a round trip is well
     under that, so the statement has met what the transaction holds or wrote by then."""
-    async with _open_transaction(db, todo_id, statement) as commit:
+    async with _open_transaction(db, todo_id, statements, **params) as commit:
         sent = asyncio.Event()
         db.statement_taps.append(lambda _sql, _args: sent.set())
         try:
-            claim = asyncio.create_task(todos.claim_next(db, ep))
+            call = asyncio.create_task(verb())
             await sent.wait()
             await asyncio.sleep(0.02)
             commit.set()
         finally:
             db.statement_taps.clear()
-    return await claim
+    return await call
 
 
 async def test_a_claim_does_not_pass_over_a_todo_the_doorbell_holds_for_a_moment(db: Database) -> None:
     ep, todo = await _one_pending(db)
     ring = "UPDATE todos SET ring_count = ring_count + 1 WHERE id = :id"
-    claimed = await _claim_meeting(db, ep, todo.id, ring)
+    claimed = await _meeting(db, todo.id, ring, lambda: todos.claim_next(db, ep))
     # The todo was pending the whole time: the agent gets it, not "empty".
     assert claimed is not None and claimed["id"] == todo.id
 
@@ -203,11 +214,69 @@ async def test_a_claim_numbers_its_attempt_after_one_committed_while_it_ran(db: 
         " heartbeats, outcome, ended_at)"
         " VALUES ('at_meanwhile', :id, 1, 'ep_other', now(), now(), 0, 'released', now())"
     )
-    claimed = await _claim_meeting(db, ep, todo.id, attempt)
+    claimed = await _meeting(db, todo.id, attempt, lambda: todos.claim_next(db, ep))
     # Not an error: claimed, its attempt numbered after the one committed meanwhile.
     assert claimed is not None and claimed["id"] == todo.id and claimed["state"] == "claimed"
     numbered = [(a.id == "at_meanwhile", a.number) for a in await _attempts(db, todo.id)]
     assert numbered == [(True, 1), (False, 2)]
+
+
+# What another agent of the same endpoint leaves when the todo changes hands under a holder's
+# ``complete`` (attempt 1 ends, the todo is claimed again unfenced: attempt 2), as the lease reaper
+# or an operator's release and then ``claim_next`` write it, in one transaction here so that the
+# complete's statement meets all of it at once.
+_CLAIMED_AGAIN = (
+    "UPDATE todos SET lease_expires_at = now() + interval '300 seconds', updated_at = now() WHERE id = :id",
+    "INSERT INTO attempts (id, todo_id, number, endpoint_id, claimed_at, lease_expires_at, heartbeats)"
+    " VALUES ('at_again', :id, 2, :ep, now(), now() + interval '300 seconds', 0)",
+)
+
+
+@pytest.mark.parametrize(
+    "ended",
+    [
+        # The lease ran out (the reaper), and the todo was claimed again: attempt counter 2.
+        ("expired", "UPDATE todos SET attempt = attempt + 1 WHERE id = :id"),
+        # An operator released it (which gives its attempt back) and it was claimed again: the
+        # attempt counter is 1 again, as the complete's snapshot has it.
+        ("released", "UPDATE todos SET attempt = 1 WHERE id = :id"),
+    ],
+    ids=["expired", "released"],
+)
+async def test_a_complete_that_meets_a_new_claim_closes_the_new_attempt(
+    db: Database, ended: tuple[str, str]
+) -> None:
+    outcome, counter = ended
+    ep, todo = await _one_pending(db)
+    assert await todos.claim_next(db, ep) is not None
+    changed_hands = [
+        f"UPDATE attempts SET outcome = '{outcome}', ended_at = now() WHERE todo_id = :id AND number = 1",
+        counter,
+        *_CLAIMED_AGAIN,
+    ]
+    # Unfenced, the same endpoint's new claim is the one completed (docs/agents.md).
+    done = await _meeting(
+        db, todo.id, changed_hands, lambda: todos.complete(db, ep, todo.id, summary="finished"), ep=ep.id
+    )
+    assert done["state"] == "done"
+    history = [(a.number, a.outcome, a.ended_at is not None) for a in await _attempts(db, todo.id)]
+    # The ended attempt keeps its outcome, and the done todo has no attempt left open.
+    assert history == [(1, outcome, True), (2, "completed", True)]
+
+
+async def test_a_complete_that_meets_its_own_heartbeat_completes_the_claim(db: Database) -> None:
+    ep, todo = await _one_pending(db)
+    assert await todos.claim_next(db, ep) is not None
+    heartbeat = [
+        "UPDATE attempts SET heartbeats = heartbeats + 1 WHERE todo_id = :id AND number = 1",
+        "UPDATE todos SET lease_expires_at = now() + interval '600 seconds', updated_at = now()"
+        " WHERE id = :id",
+    ]
+    # The holder's heartbeat, committed while its complete waited for the row: the same claim.
+    done = await _meeting(db, todo.id, heartbeat, lambda: todos.complete(db, ep, todo.id, summary="finished"))
+    assert done["state"] == "done"
+    history = [(a.number, a.outcome, a.heartbeats) for a in await _attempts(db, todo.id)]
+    assert history == [(1, "completed", 1)]
 
 
 async def test_batch_claims_over_mcp(db: Database, base_url: str) -> None:

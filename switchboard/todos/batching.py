@@ -211,7 +211,11 @@ async def complete_row(
             summary=summary,
         )
     db.refuse_nested_write()
-    done: Claimed | None = await _COMPLETES.submit(
-        _CompleteKey(db, endpoint_id), _Complete(todo_id, token_hash, result, summary)
-    )
+    key, complete = _CompleteKey(db, endpoint_id), _Complete(todo_id, token_hash, result, summary)
+    done: Claimed | None = await _COMPLETES.submit(key, complete)
+    if done is None:
+        # The statement refuses a todo that changed while it ran (completes._complete_postgresql:
+        # its open attempt may be one its snapshot cannot see): once more, with a new snapshot. A
+        # caller who does not hold the todo is refused again, having written nothing either time.
+        done = await _COMPLETES.submit(key, complete)
     return done

@@ -99,6 +99,16 @@ def _complete_postgresql() -> Select[Any]:
         )
         .render_derived(name="given")
     )
+    # The attempt closed below is read from the statement's snapshot. A todo whose lease ran out and
+    # that the same endpoint claimed again (unfenced) while the statement waited for its row passes
+    # every check above on its newest version, but its open attempt is one the snapshot does not
+    # see. So the row must be as the snapshot has it (``seen``; every write of a todo, a claim
+    # first, moves ``updated_at``): a row changed meanwhile is refused, and
+    # ``batching.complete_row`` runs the complete again, with a new snapshot. (Not the attempt
+    # counter: a release gives its number back, so a release and a claim meanwhile would leave it
+    # as it was.)
+    seen = TODOS.alias("seen")
+    as_seen = select(seen.c.updated_at).where(seen.c.id == T.id).scalar_subquery()
     finished = (
         update(TODOS)
         .where(
@@ -107,6 +117,7 @@ def _complete_postgresql() -> Select[Any]:
             T.state == CLAIMED,
             T.lease_expires_at > param("p_now", T.lease_expires_at),
             T.lease_token_hash.is_not_distinct_from(given.c.token_hash),
+            T.updated_at == as_seen,
         )
         .values(**{**_DONE_VALUES, "result": given.c.result})
         .returning(*VIEW, given.c.summary, given.c.n)
