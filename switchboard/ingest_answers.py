@@ -90,16 +90,31 @@ async def duplicate(
                 .where(Todo.event_id == found.id, Todo.state != "held")
             )
         ).all()
-    rank = {webhook.endpoint_id: -1, **{e.id: i for i, e in enumerate(config.routed)}}
-    rows = sorted(rows, key=lambda r: (rank.get(r.endpoint_id, len(rank)), r.id))
+    # Ordered as the first answer was: the owner's todo first, then the routed endpoints' in order.
+    rank = {config.owner.slug: -1, **{e.slug: i for i, e in enumerate(config.routed)}}
+    named = [(r.id, r.slug, r.queue) for r in rows] + _folded_into(found)
+    named.sort(key=lambda t: (rank.get(t[1], len(rank)), t[0]))
     response = accepted(
-        [{"id": r.id, "endpoint": r.slug, "queue": r.queue, "created": False} for r in rows],
+        [{"id": i, "endpoint": slug, "queue": queue, "created": False} for i, slug, queue in named],
         created=0,
         verified=verified,
         trust_mode=found.trust_mode,
         disposition="duplicate",
     )
     return Outcome(response, "duplicate", found.id, key)
+
+
+def _folded_into(event: Event) -> list[tuple[str, str, str]]:
+    """(open todo id, endpoint slug, queue) of each ``once`` todo of ``event`` that was folded into an
+    open one instead of stored: the first answer named that open todo (``intake.answered``), so its
+    repeat does too. Its event's routing trace is the only record of it
+    (``ingest_statements._folded_trace``)."""
+    trace = event.routing if isinstance(event.routing, dict) else {}
+    return [
+        (str(t["open"]), str(t.get("endpoint")), str(t.get("queue")))
+        for t in trace.get("targets") or []
+        if isinstance(t, dict) and t.get("outcome") == "once" and t.get("open")
+    ]
 
 
 def accepted(

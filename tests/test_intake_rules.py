@@ -237,11 +237,15 @@ async def test_once_makes_at_most_one_open_todo_per_subject_and_queue(
 
     # Another delivery about issue #1 while that todo is open: nothing new; the answer and the
     # event's trace name the open todo.
-    status, second = await deliver(base_url, hook, "issue_comment/created.1")
+    status, second = await deliver(base_url, hook, "issue_comment/created.1", delivery="folded")
     assert status == 202 and second["disposition"] == "routed" and second["created"] == 0, second
     assert second["todos"] == [
         {"id": open_todo.id, "endpoint": hook.endpoint.slug, "queue": "default", "created": False}
     ]
+    # The forge's retry of that delivery (its answer lost) is a duplicate that names the same todo.
+    status, again = await deliver(base_url, hook, "issue_comment/created.1", delivery="folded")
+    assert status == 202 and again["disposition"] == "duplicate", again
+    assert again["todos"] == second["todos"] and again["created"] == 0
     event = await newest_event(services, hook.webhook_id)
     assert await todos_of(services, event.id) == []
     assert event.routing["targets"] == [
