@@ -299,7 +299,13 @@ async def bounded_bodies(
 
 
 def make_app(services: Services) -> web.Application:
-    app = web.Application(middlewares=[json_errors, bounded_bodies], client_max_size=5 * 1024 * 1024 + 1)
+    app = web.Application(
+        middlewares=[json_errors, bounded_bodies],
+        client_max_size=5 * 1024 * 1024 + 1,
+        # Bodies are read as they were sent and decoded by Switchboard (content_coding): aiohttp's
+        # own decoding passed on a gzip stream cut short as a whole, shorter body.
+        handler_args={"auto_decompress": False},
+    )
     app[SERVICES] = services
     app.cleanup_ctx.append(_resources)
     app.on_startup.append(_plaintext_warning)

@@ -19,9 +19,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
+
+from switchboard import content_coding
 
 # How long a whole body may take to arrive, on every surface that does not name its own.
 DEADLINE_SECONDS = 30.0
@@ -76,6 +78,12 @@ async def admit(request: web.Request, rule: BodyRule) -> web.Request:
         raise _too_large(rule)
     if not request.body_exists or not rule.read_here:
         return request
+    header = request.headers.get(hdrs.CONTENT_ENCODING)
+    try:
+        # An encoding not decoded here is refused before a byte of the body is read.
+        coded = content_coding.check(header)
+    except content_coding.Undecodable as exc:
+        raise BodyRefused(exc.status, exc.code, exc.message) from None
     # The clone shares the connection and body stream; its own size cap stops the read as soon
     # as the body passes it, and its read() caches the body for the handler.
     bounded = request.clone(client_max_size=rule.max_bytes)
@@ -89,6 +97,17 @@ async def admit(request: web.Request, rule: BodyRule) -> web.Request:
             408, "request_timeout", f"the body did not arrive within {rule.seconds:g} s"
         ) from None
     except (HttpProcessingError, RequestPayloadError, ConnectionError):
-        # Broken chunking, a Content-Encoding that does not decode, or the client hung up.
+        # Broken chunking, or the client hung up.
         raise BodyRefused(400, "invalid_body", "the body was cut off or malformed") from None
+    if coded:
+        try:
+            body = content_coding.decoded(
+                await bounded.read(), header, rule.max_bytes, size_text(rule.max_bytes)
+            )
+        except content_coding.Undecodable as exc:
+            raise BodyRefused(exc.status, exc.code, exc.message) from None
+        # What ``read()`` (and ``text()``, ``json()``, ``post()`` of a form) answer from now on: the
+        # decoded body, in the cache aiohttp's ``read()`` fills on its first call. aiohttp has no
+        # public way to hand a request a body; tests/test_app.py holds this one to its effect.
+        bounded._read_bytes = body
     return bounded

@@ -27,10 +27,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from switchboard import content_coding
 from switchboard import ingest_steps as steps
 from switchboard.db import is_unavailable, utcnow
 from switchboard.delivery_records import DELIVERY_RECORDER, DeliveryRecorder
@@ -101,6 +102,19 @@ INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 
 
 async def _read_body(request: web.Request) -> bytes:
+    """The body as it was sent, its ``Content-Encoding`` undone (``content_coding``): whole, or a
+    ``Refusal``."""
+    header = request.headers.get(hdrs.CONTENT_ENCODING)
+    try:
+        # An encoding not decoded here is refused before a byte of the body is read.
+        coded = content_coding.check(header)
+        body = await _read_raw(request)
+        return content_coding.decoded(body, header, MAX_BODY_BYTES, "5 MiB") if coded else body
+    except content_coding.Undecodable as exc:
+        raise Refusal(exc.status, exc.code, exc.message, close=exc.status == 415) from None
+
+
+async def _read_raw(request: web.Request) -> bytes:
     content = request.content
     if content.is_eof() and content.exception() is None:
         # The whole body came with the request (webhooks are a few KiB): no timer, no chunk loop.
@@ -122,8 +136,7 @@ async def _read_body(request: web.Request) -> bytes:
             408, "request_timeout", f"the body did not arrive within {BODY_READ_SECONDS:g} s", close=True
         ) from None
     except (HttpProcessingError, RequestPayloadError, ConnectionError):
-        # A truncated or malformed chunked body, a Content-Encoding that does not decode, or the
-        # sender hung up: nothing to store.
+        # A truncated or malformed chunked body, or the sender hung up: nothing to store.
         raise Refusal(400, "invalid_body", "the body was cut off or malformed", close=True) from None
     return b"".join(chunks)
 
