@@ -24,7 +24,7 @@ from sqlalchemy import select, text
 from switchboard import deliveries, ingest_steps, tenancy
 from switchboard.db import Database
 from switchboard.ids import new_id
-from switchboard.ingest import INGEST_WRITER
+from switchboard.ingest import DECIDE_ATTEMPTS, INGEST_WRITER
 from switchboard.ingest_statements import Rows
 from switchboard.ingest_writer import IngestWriter
 from switchboard.models import Event, Todo
@@ -560,3 +560,88 @@ def test_the_writers_json_text_means_what_the_standard_library_writes() -> None:
         {"s": type("Name", (str,), {})("ada")},
     ):
         assert json.loads(json_text(value)) == json.loads(json.dumps(value))
+
+
+async def test_a_webhook_changing_on_every_attempt_to_store_is_503_and_stores_nothing(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery whose webhook changes between every decision and the writer's check of it (each
+    time answered ``stale`` and decided again): decided DECIDE_ATTEMPTS times, then 503, nothing
+    stored and no endless loop; the sender's retry is stored."""
+    token, _, webhook_id = await make_webhook(services, "generic")
+    assert (await post(base_url, token, b'{"warm": 1}', {"X-Delivery-Id": "warm"}))[0] == 202
+    real = IngestWriter._transaction
+    attempts: list[int] = []
+
+    async def moving(writer: IngestWriter, batch: Any) -> Any:
+        # A change committed between the decision and the writer's re-check, every time.
+        attempts.append(len(batch))
+        async with services.db.write() as s:
+            await s.execute(text("UPDATE webhooks SET paused_at = NULL WHERE id = :id"), {"id": webhook_id})
+        return await real(writer, batch)
+
+    monkeypatch.setattr(IngestWriter, "_transaction", moving)
+    status, answer, _ = await asyncio.wait_for(post(base_url, token, b'{"n": 1}', {"X-Delivery-Id": "d"}), 30)
+    assert status == 503 and answer["error"] == "unavailable", answer
+    assert attempts == [1] * DECIDE_ATTEMPTS
+    assert await counts(services) == (1, 1)  # the warm-up only
+    monkeypatch.setattr(IngestWriter, "_transaction", real)
+    status, answer, _ = await post(base_url, token, b'{"n": 1}', {"X-Delivery-Id": "d"})
+    assert status == 202 and answer["created"] == 1
+
+
+async def test_one_batch_mixing_once_plain_held_and_generic_deliveries_of_four_webhooks(
+    services: Services, server: TestServer, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Todo rows of every shape in ONE batch (a ``once`` todo, plain ones, a held one) from different
+    webhooks and sources: one transaction, no split. On PostgreSQL the ``once`` todo sends the whole
+    batch down ``ingest_statements.transaction`` instead of ``pg_batch``; every row must set the
+    same columns (``_columns`` would refuse the batch otherwise, and it would be split)."""
+    once_hook = await github_hook(services, trust={"logins": [SENDER]}, handle="olive")
+    await set_rules(
+        services,
+        once_hook.webhook_id,
+        {"rules": [{"id": "once", "expr": "true", "action": {"type": "queue", "once": True}}]},
+    )
+    plain_hook = await github_hook(services, trust={"logins": [SENDER]}, handle="pat")
+    held_hook = await github_hook(services, trust={"logins": ["nobody"]}, handle="quinn")
+    generic, _, _ = await make_webhook(services, "generic")
+
+    def signed(hook: Any, name: str) -> tuple[str, bytes, dict[str, str]]:
+        body = fixture_bytes(f"github/{name}.payload.json")
+        return hook.token, body, github_headers(hook.secret, body, name.split("/")[0], str(uuid.uuid4()))
+
+    # Each GitHub webhook is bound to its instance by its first verified delivery (a change of its
+    # configuration, which would send the batch's other deliveries of it round again): done first.
+    for hook in (once_hook, plain_hook, held_hook):
+        assert (await post(base_url, *signed(hook, "pull_request/opened")))[0] == 202
+    writer = server.app[INGEST_WRITER]
+    failed_before = services.metrics.value("switchboard_ingest_transactions_total", outcome="failed")
+    gate = Gate(monkeypatch)
+    first = asyncio.create_task(post(base_url, generic, b'{"first": 1}', {"X-Delivery-Id": "first"}))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    batches = writer.batches
+    sends = [
+        signed(once_hook, "issues/opened"),
+        signed(plain_hook, "issues/opened"),
+        signed(held_hook, "issues/opened"),
+        (generic, b'{"g": 1}', {"X-Delivery-Id": "g1"}),
+        signed(plain_hook, "issue_comment/created"),
+    ]
+    tasks = [asyncio.create_task(post(base_url, t, b, h)) for t, b, h in sends]
+    await _until(lambda: writer.waiting == len(sends))
+    gate.open()
+    assert (await first)[0] == 202
+    answers = await asyncio.gather(*tasks)
+    assert [a[0] for a in answers] == [202] * len(sends), answers
+    assert [a[1]["disposition"] for a in answers] == ["routed", "routed", "quarantined", "routed", "routed"]
+    # The held first delivery's batch, then all five in one, with no failed transaction (no split).
+    assert writer.batches == batches + 2
+    failed = services.metrics.value("switchboard_ingest_transactions_total", outcome="failed")
+    assert failed == failed_before
+    async with services.db.read() as s:
+        held = (await s.scalars(select(Todo).where(Todo.state == "held"))).all()
+        once = (await s.scalars(select(Todo).where(Todo.once_key.is_not(None)))).all()
+    # The warm-ups' (one held, one ``once``) and the batch's.
+    assert len(held) == 2 and len(once) == 2
+    assert await counts(services) == (3 + 1 + len(sends), 3 + 1 + len(sends))
