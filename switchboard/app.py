@@ -211,7 +211,7 @@ async def json_errors(
             headers={k: v for k, v in exc.headers.items() if k == "Allow"},
         )
     except (HttpProcessingError, RequestPayloadError) as exc:
-        # A body that cannot be read (a Content-Encoding that does not decode, broken chunking):
+        # A body that cannot be read (broken chunking, a chunk larger than aiohttp allows):
         # the client's mistake. The connection is closed, since the rest of the body is unreadable.
         log.info("unreadable request body on %s: %s", request.method, type(exc).__name__)
         response = web.json_response(
