@@ -868,3 +868,52 @@ async def test_a_todo_pushed_over_the_api_rings_the_live_session(
         pushed = (await alice.ok("POST", "/todos", {"endpoint": "live-bot", "title": "Ring me"}, 201))["todo"]
         ring = await agent.listener.next_ring(timeout=5)
         assert ring.meta["todo_id"] == pushed["id"] and ring.meta["queue"] == "default"
+
+
+# ---------------------------------------------------------------------------------------------
+# Text no database can hold: a JSON "\ud800" escape parses into a lone surrogate, which neither
+# the databases nor a response (UTF-8) can carry. It was a 500, after the write for a connection's
+# config (whose every listing then failed too); now it is refused before anything is written.
+
+LONE_SURROGATES = [
+    ("POST", "/endpoints", b'{"name": "x\\ud800"}'),
+    ("POST", "/todos", b'{"endpoint": "bot", "title": "t\\ud800"}'),
+    ("POST", "/todos", b'{"endpoint": "bot\\uDBFF", "title": "t"}'),
+    ("POST", "/todos", b'{"endpoint": "bot", "title": "t", "payload": {"a": ["\\udc00"]}}'),
+    ("POST", "/todos/requeue", b'{"search": "\\ud800"}'),
+    ("POST", "/webhooks", b'{"endpoint": "\\ud800", "source": "generic"}'),
+    ("POST", "/webhooks/{wh}/routes", b'{"endpoint": "\\ud800"}'),
+    ("PATCH", "/connections/{cn}", b'{"config": {"\\ud800": 1}}'),
+    (
+        "POST",
+        "/connections",
+        b'{"kind": "github", "name": "n", "account_key": "github.com", "secret": "x",'
+        b' "config": {"a": "\\ud800"}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "raw"), LONE_SURROGATES, ids=lambda v: str(v)[:48])
+async def test_a_lone_surrogate_anywhere_in_a_body_is_400_and_nothing_is_written(
+    alice: Api, method: str, path: str, raw: bytes
+) -> None:
+    await alice.ok("POST", "/endpoints", {"name": "Bot"}, status=201)
+    made = await alice.ok("POST", "/webhooks", {"endpoint": "bot", "source": "generic"}, status=201)
+    conn = await alice.ok(
+        "POST",
+        "/connections",
+        {"kind": "github", "name": "gh", "account_key": "github.com", "secret": "s"},
+        201,
+    )
+    path = path.format(wh=made["webhook"]["id"], cn=conn["connection"]["id"])
+    status, payload = await alice.call(method, path, raw=raw)
+    assert (status, payload["error"]) == (400, "invalid_argument"), payload
+    assert "lone surrogate" in payload["message"]
+    # What was there is unchanged, and every listing still answers.
+    [listed] = (await alice.ok("GET", "/connections"))["connections"]
+    assert listed["config"] == conn["connection"]["config"]
+    assert len((await alice.ok("GET", "/endpoints"))["endpoints"]) == 1
+    assert (await alice.ok("GET", "/todos"))["todos"] == []
+    # A proper pair of surrogates is one character, and welcome.
+    made = await alice.ok("POST", "/endpoints", {"name": "Smiling \U0001f600"}, status=201)
+    assert made["endpoint"]["name"] == "Smiling \U0001f600"

@@ -957,3 +957,43 @@ async def test_head_requests_get_the_same_status_and_headers(browser: Browser, d
         resp, _ = await browser.request("HEAD", path)
         assert resp.status == 200, path
         assert_ui_headers(resp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forms in a charset the server cannot use, or decoding to text no database can hold: a 4xx page,
+# never a 500 (aiohttp decodes a form with the charset its Content-Type names).
+
+
+@pytest.mark.parametrize("path", ["/ui/endpoints", "/ui/teams", "/ui/connections", "/ui/login"])
+async def test_a_form_in_a_charset_python_does_not_know_is_a_4xx_page(
+    db: Any, browser: Browser, path: str
+) -> None:
+    await browser.login(await human(db, "ada"))
+    resp, page = await browser.request(
+        "POST",
+        path,
+        data=f"csrf={browser.csrf}&name=x&slug=x".encode(),  # type: ignore[arg-type]
+        headers={"Content-Type": "application/x-www-form-urlencoded; charset=bogus"},
+    )
+    assert 400 <= resp.status < 500, (resp.status, page[:300])
+    assert resp.content_type == "text/html" and "could not be read" in page
+
+
+@pytest.mark.parametrize("path", ["/ui/endpoints", "/ui/connections"])
+async def test_a_form_field_that_decodes_to_a_lone_surrogate_is_a_4xx_page(
+    db: Any, browser: Browser, path: str
+) -> None:
+    await browser.login(await human(db, "ada"))
+    # utf-7 decodes "+2AA-" into U+D800, a lone surrogate.
+    form = f"csrf={browser.csrf}&name=x+2AA-&kind=github&account_key=github.com&secret=s"
+    resp, page = await browser.request(
+        "POST",
+        path,
+        data=form.encode(),  # type: ignore[arg-type]
+        headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-7"},
+    )
+    assert 400 <= resp.status < 500, (resp.status, page[:300])
+    assert "not valid text" in page
+    async with db.read() as s:
+        assert (await s.scalar(select(func.count()).select_from(Endpoint))) == 0
+        assert (await s.scalar(select(func.count()).select_from(Connection))) == 0

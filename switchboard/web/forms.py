@@ -40,8 +40,9 @@ async def read_form(request: web.Request) -> dict[str, str]:
         data = await request.post()
     except web.HTTPRequestEntityTooLarge:
         raise SwitchboardError("payload_too_large", "the form is larger than the server accepts") from None
-    except (ValueError, UnicodeDecodeError, HttpProcessingError):
-        # A malformed urlencoded or multipart body (bad boundary, broken part headers, …).
+    except (ValueError, UnicodeDecodeError, LookupError, HttpProcessingError):
+        # A malformed urlencoded or multipart body (bad boundary, broken part headers, …), or a
+        # charset Python does not know (LookupError), named by the request's Content-Type.
         raise invalid("the form could not be read") from None
     out: dict[str, str] = {}
     for key, value in data.items():
@@ -54,10 +55,17 @@ async def read_form(request: web.Request) -> dict[str, str]:
 
 
 def check_text(value: str, what: str) -> str:
-    """Refuse NUL characters up front: PostgreSQL cannot store or compare them, and no name,
-    slug, id or secret we accept contains one."""
+    """Refuse NUL characters and lone surrogates up front: PostgreSQL cannot store or compare the
+    one, no database can store the other, and no name, slug, id or secret we accept contains
+    either."""
     if "\x00" in value:
         raise invalid(f"{what} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate, as a form in utf-7 decodes "+2AA-": no database can store it.
+            raise invalid(f"{what} is not valid text") from None
     return value
 
 
