@@ -32,7 +32,9 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     when the header is missing, names another scheme or carries no token."""
     scheme, _, token = headers.get("Authorization", "").partition(" ")
     token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    # Every token Switchboard mints is ASCII. Other bytes arrive decoded with surrogate escapes,
+    # which no token hash can encode: such a header carries no token of ours.
+    return token if scheme.lower() == "bearer" and token and token.isascii() else None
 
 
 def _endpoint(hashed: str) -> Steps[Endpoint | None]:

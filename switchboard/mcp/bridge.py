@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from http import HTTPStatus
 from typing import Any
@@ -92,7 +93,10 @@ async def run_asgi(
             elif message["type"] == "http.response.body" and whole:
                 whole["body"].append(message.get("body", b""))
                 if not message.get("more_body", False):
-                    response = web.Response(status=whole["status"], body=b"".join(whole["body"]))
+                    body = b"".join(whole["body"])
+                    if whole["status"] >= 400:
+                        body = _without_echo(body)
+                    response = web.Response(status=whole["status"], body=body)
                     for key, value in whole["headers"]:
                         # aiohttp sets the length of the body it sends itself.
                         if key.lower() != b"content-length":
@@ -109,8 +113,10 @@ async def run_asgi(
             # The client left mid-response: stop writing; receive() now reports the disconnect.
             done.set()
 
-    host = request.host or "localhost"
     peer = request.transport.get_extra_info("peername") if request.transport else None
+    # The listening socket, as an ASGI server reports it (not the Host header, which the client
+    # writes and may give any port, or none that parses).
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
     scope: dict[str, Any] = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -120,7 +126,9 @@ async def run_asgi(
         "path": request.path,
         "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
         "root_path": "",
-        "query_string": request.query_string.encode("latin-1"),
+        # The query as sent, percent-encoded: aiohttp's ``query_string`` is decoded text, which
+        # may hold any character.
+        "query_string": request.rel_url.raw_query_string.encode("ascii", "replace"),
         # Last-Event-ID asks for a replay, which needs an event store this server does not keep
         # (the SDK then answers nothing at all): the client gets a fresh stream instead, and the
         # doorbell re-rings the pending todos a newly opened stream missed.
@@ -128,7 +136,7 @@ async def run_asgi(
             (key.lower(), value) for key, value in request.raw_headers if key.lower() != b"last-event-id"
         ],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
-        "server": (host.rsplit(":", 1)[0], request.url.port),
+        "server": tuple(sock[:2]) if isinstance(sock, tuple) else None,
         "state": {},
         **extra_scope,
     }
@@ -149,6 +157,22 @@ async def run_asgi(
             {"error": "internal", "message": "no response from the MCP transport"}, status=500
         )
     return response
+
+
+def _without_echo(body: bytes) -> bytes:
+    """A refusal's JSON body without the SDK's account of a message it could not validate:
+    pydantic's, which quotes the request (a connection's secret, say) and links its own docs. The
+    status and the JSON-RPC code stay."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return body
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict) and str(error.get("message", "")).startswith("Validation error"):
+        error["message"] = "Invalid Request: the body is not one valid JSON-RPC message"
+        error.pop("data", None)
+        return json.dumps(answer).encode()
+    return body
 
 
 def jsonrpc_error(status: int, message: str, code: int = -32600) -> web.Response:
