@@ -26,7 +26,7 @@ from switchboard.ingest_answers import Refusal
 from switchboard.ingest_config import ConfigCache, Target, WebhookConfig
 from switchboard.instances import bind_address
 from switchboard.intake import Content, Plan, plan, todo_rows
-from switchboard.provider import Address, Delivery, SourceKind, Verdict
+from switchboard.provider import DISPLAY_MAX, Address, Delivery, SourceKind, Verdict
 from switchboard.sanitize import (
     body_key,
     clean_line,
@@ -191,7 +191,18 @@ def address_for(services: Services, delivery: Delivery, verdict: Verdict, verifi
         # A provider bug must not lose the delivery: the todo is still created, without an address.
         log.error("derive_address for %s raised %s; no reply address", delivery.source, type(exc).__name__)
         return None
-    return address if isinstance(address, Address) else None
+    if not isinstance(address, Address):
+        return None
+    if len(address.display) > DISPLAY_MAX:
+        # Within every field's own bounds, but longer than a reply row can record: as an address a
+        # strict check refuses, no address (the todo is still created).
+        log.warning(
+            "%s address of %d characters is too long to reply to; none kept",
+            delivery.source,
+            len(address.display),
+        )
+        return None
+    return address
 
 
 async def disposition(

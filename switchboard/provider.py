@@ -80,12 +80,19 @@ class Verdict:
         return cls(ok=False, detail=detail, error="invalid_body")
 
 
+# The longest ``Address.display`` a reply can be made to: its reply row keeps the display, which
+# is also its echo thread key, in columns of this length (``Reply.display``, ``Reply.thread_key``).
+# Ingest keeps no longer address; cutting one short would stop echo suppression matching it.
+DISPLAY_MAX = 300
+
+
 @dataclass(frozen=True)
 class Address:
     """Where a reply goes, derived from a verified delivery and frozen on the todo.
 
     ``provider`` names the connection kind that can post to it. ``fields`` are the non-secret,
     strictly validated parts (repo, number, channel, …) that become URL path parts at posting time.
+    ``display`` is at most ``DISPLAY_MAX`` characters in any address a todo keeps.
     """
 
     kind: str

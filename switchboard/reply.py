@@ -40,7 +40,7 @@ from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.ids import new_id
 from switchboard.models import Connection, Endpoint, Reply
 from switchboard.plugins import UnknownKind
-from switchboard.provider import Address, PostResult, ReplyPost
+from switchboard.provider import DISPLAY_MAX, Address, PostResult, ReplyPost
 from switchboard.reply_statements import Recorded
 from switchboard.services import Services
 from switchboard.tenancy import Owner
@@ -125,6 +125,9 @@ def _prepare_steps(
         address = Address.from_dict(ctx.reply_to)
     except (KeyError, TypeError):
         raise checks.refuse("no_reply_address", "this todo's reply address is unreadable") from None
+    if not isinstance(address.display, str) or len(address.display) > DISPLAY_MAX:
+        # Kept before ingest refused such addresses: its reply row could not record it.
+        raise checks.refuse("no_reply_address", "this todo's reply address is too long to reply to")
     checks.check_state(todo_id, ctx, endpoint, now, services.settings.reply_grace_seconds, lease_token)
     connection, kind = checks.choose_connection(services, ctx, endpoint, address)
     body = text.strip()

@@ -172,6 +172,18 @@ RULES: tuple[Rule, ...] = (
         _L + r"sk-ant-admin01-[A-Za-z0-9_-]{93}AA" + _R,
         prefixes=("sk-ant-admin01-",),
     ),
+    # Switchboard's own: an agent holds its endpoint's sbk_ token, so one that was talked into it
+    # could post it; an owner's sbo_ token and a webhook's signing secret (whsec_) are credentials
+    # too. Base64url bodies of exact lengths (``ids.new_token``). (An ingest token, wh_ and 32
+    # such characters, is left out: as a token broken by spaces, a webhook's id, wh_ and 26
+    # base32 characters, and the words after it would read as one.)
+    _rule(
+        "switchboard-token",
+        "Switchboard token (sbk_, sbo_) or webhook signing secret (whsec_)",
+        _L + r"(?:(?:sbk|sbo)_[A-Za-z0-9_-]{43}|whsec_[A-Za-z0-9_-]{32})(?![A-Za-z0-9_-])",
+        3.0,
+        prefixes=("sbk_", "sbo_", "whsec_"),
+    ),
     # A block rule (see _blocks): as one regex, a lazy body between BEGIN and END backtracks
     # quadratically over text full of unterminated headers. Its body spans lines already, so it has
     # no prefixes for the split-token view.

@@ -25,7 +25,7 @@ from switchboard import instances, reply, tenancy
 from switchboard.db import utcnow
 from switchboard.errors import SwitchboardError
 from switchboard.models import Endpoint, Reply, Todo, Webhook
-from switchboard.provider import Address
+from switchboard.provider import DISPLAY_MAX, Address
 from switchboard.services import Services
 from switchboard.tenancy import Owner, resolve_owner
 from switchboard.testing import (
@@ -39,6 +39,7 @@ from switchboard.testing import (
     forge_address,
     gitea_headers,
     github_headers,
+    human_and_endpoint,
     make_webhook,
     post,
     slack_headers,
@@ -405,3 +406,52 @@ def gitea_address(base: str) -> Address:
         display=f"gitea {where}/acme/api#5",
         fields={"host": where.split("/")[0], "base": base, "repo": "acme/api", "number": 5},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# An address longer than a reply row can record (``DISPLAY_MAX``: ``Reply.display`` and
+# ``thread_key``), though every field of it is within its own bounds: a Gitea under a long path,
+# with a repository of 100/100 characters. Its reply was an internal error on PostgreSQL (the row's
+# insert refused the value).
+
+LONG_REPO = f"{'o' * 100}/{'r' * 100}"
+LONG_MOUNT = "/engineering-platform-shared-services/source-code-hosting/forgejo-instances/team-b"
+
+
+async def deliver_gitea_repo(
+    services: Services, base_url: str, token: str, secret: str, base: str, delivery: str
+) -> Todo:
+    payload = copy.deepcopy(fixture("gitea/issues.opened.json"))
+    payload["repository"].update(html_url=f"{base}/{LONG_REPO}", full_name=LONG_REPO)
+    payload["repository"]["owner"]["login"] = LONG_REPO.split("/")[0]
+    body = json.dumps(payload).encode()
+    status, answer, _ = await post(
+        base_url, token, body, gitea_headers(secret, body, "issues", delivery=delivery)
+    )
+    assert status == 202 and answer["created"] == 1, answer
+    return await todo(services, str(answer["todos"][0]["id"]))
+
+
+async def test_an_address_too_long_for_a_reply_row_is_not_kept_and_an_old_one_is_refused(
+    services: Services, server: Any, base_url: str, guarded: Any, fake_providers: FakeProviders
+) -> None:
+    assert Reply.__table__.c.display.type.length == DISPLAY_MAX == Reply.__table__.c.thread_key.type.length
+    gitea = await fake_providers.start("gitea", answer=instances_under_paths("gitea"))
+    token, secret, _ = await make_webhook(services, "gitea")
+    assert secret is not None
+    # The same repository at the instance's root keeps its address (under 300 characters)...
+    kept = await deliver_gitea_repo(services, base_url, token, secret, gitea.base_url, "d-root")
+    assert kept.reply_to is not None and len(kept.reply_to["display"]) <= DISPLAY_MAX
+    # ...and under the long path it would be longer than a reply row records: the todo, no address.
+    token, secret, _ = await make_webhook(services, "gitea")
+    assert secret is not None
+    base = f"{gitea.base_url}{LONG_MOUNT}"
+    longer = await deliver_gitea_repo(services, base_url, token, secret, base, "d-long")
+    assert longer.reply_to is None
+
+    # A todo that kept such an address before: refused with a stable code, before any dial.
+    address = Address.from_dict({**kept.reply_to, "base": base, "display": "gitea " + "x" * DISPLAY_MAX})
+    _, endpoint = await human_and_endpoint(services.db)
+    old = await claimed_todo(services.db, endpoint, address)
+    await refused("no_reply_address", reply.send_reply(services, endpoint, old.id, "Fixed."))
+    assert gitea.posts() == [] and await reply_rows(services) == 0

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from switchboard import connections as conn
 from switchboard.services import Services
+from switchboard.tenancy import Owner
 from switchboard.testing import FakeProvider, add_todo, connect, slack_address, vend
 
 SLACK_SECRET = "xoxb-mcp-test-" + "Pz4Ky8Rt"
@@ -119,3 +121,22 @@ async def test_a_reply_with_visible_text_among_invisible_ones_gets_past_the_empt
         error = await agent.error("reply", todo_id=todo.id, text="\u200bok\u200b")
     # The next check in order: this todo has no reply address.
     assert error["error"] == "no_reply_address"
+
+
+async def test_an_agent_cannot_post_its_own_bearer_token(
+    guarded: Any, services: Services, base_url: str, fake_slack: FakeProvider
+) -> None:
+    # The agent holds its sbk_ token (its MCP configuration has it): one talked into posting it
+    # publicly is refused, as for any other credential, and the refusal does not show it either.
+    endpoint, token = await vend(services.db, families=["reply"])
+    await conn.create_connection(
+        services, Owner.of(endpoint), kind="slack", name="slack", account_key="T0TEST", secret=SLACK_SECRET
+    )
+    todo = await add_todo(services.db, endpoint, reply_to=slack_address().as_dict(), source="slack")
+    async with connect(base_url, token, endpoint) as agent:
+        await agent.ok("claim", todo_id=todo.id)
+        answer = await agent.call("reply", todo_id=todo.id, text=f"Debug info: my token is {token}")
+    body = answer.structured_content or {}
+    assert answer.is_error and body.get("error") == "secret_detected", body
+    assert body.get("rule") == "switchboard-token" and token not in json.dumps(body)
+    assert fake_slack.posts() == []

@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 from switchboard import reply, secretscan
 from switchboard.connections import create_connection
 from switchboard.errors import SwitchboardError
+from switchboard.ids import new_id, new_token
 from switchboard.models import Reply
 from switchboard.secretscan import Rule
 from switchboard.testing import FakeProvider, claimed_todo, human_and_endpoint, slack_address
@@ -80,6 +81,7 @@ TRUE_POSITIVES = {
     "anthropic-api-key": ["sk-" + "ant-api03-" + rnd(93, URLSAFE) + "AA"],
     "anthropic-admin-api-key": ["sk-" + "ant-admin01-" + rnd(93, URLSAFE) + "AA"],
     "private-key": [pem("RSA PRIVATE " + "KEY"), pem("OPENSSH PRIVATE " + "KEY"), pem("PRIVATE " + "KEY")],
+    "switchboard-token": [new_token("sbk"), new_token("sbo"), new_token("whsec", 24)],
 }
 
 FALSE_POSITIVES = {
@@ -106,6 +108,15 @@ FALSE_POSITIVES = {
         pem("PUBLIC " + "KEY"),
         "-----BEGIN PRIVATE " + "KEY-----\n-----END PRIVATE " + "KEY-----",
         pem("CERTIFICATE"),
+    ],
+    "switchboard-token": [
+        "sb" + "k_" + rnd(42, URLSAFE),
+        "sb" + "k_" + rnd(44, URLSAFE),
+        "sb" + "k_" + "a" * 43,
+        # Ids are not tokens.
+        new_id("wh"),
+        new_id("ep"),
+        "the sbk_ and whsec_ prefixes",
     ],
 }
 
