@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from switchboard import ingest_steps as steps
 from switchboard.db import Database, utcnow
@@ -289,13 +289,20 @@ async def _make(
 
 
 async def _redelivery_key(db: Database, webhook_id: str, original: str) -> str:
+    """``redelivery:<original>:<n>``, ``n`` one past the highest still stored. Not the count of those
+    stored: event retention deletes old redeliveries that made no todo, and the count would then
+    name a key a later redelivery still holds (every redelivery of that original a duplicate)."""
+    prefix = f"redelivery:{original}:"
     async with db.read() as s:
-        count = await s.scalar(
-            select(func.count())
-            .select_from(Event)
-            .where(Event.webhook_id == webhook_id, Event.redelivery_of == original)
-        )
-    return f"redelivery:{original}:{int(count or 0) + 1}"
+        keys = (
+            await s.scalars(
+                select(Event.delivery_key).where(
+                    Event.webhook_id == webhook_id, Event.redelivery_of == original
+                )
+            )
+        ).all()
+    numbers = [int(k[len(prefix) :]) for k in keys if k.startswith(prefix) and k[len(prefix) :].isdigit()]
+    return f"{prefix}{max(numbers, default=0) + 1}"
 
 
 async def redeliver(
