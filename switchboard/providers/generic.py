@@ -14,6 +14,7 @@ from switchboard.sdk import (
     Delivery,
     SourceKind,
     Verdict,
+    header_value,
     hookimpl,
     json_object,
     no_address,
@@ -29,7 +30,7 @@ def verify(delivery: Delivery) -> Verdict:
     if payload is None:
         # Any bytes are accepted; a non-JSON body is kept as text for the agent.
         payload = {"body": delivery.body.decode("utf-8", errors="replace")}
-    key = delivery.headers.get("webhook-id") or delivery.headers.get("X-Delivery-Id") or None
+    key = header_value(delivery.headers, "webhook-id", "X-Delivery-Id") or None
     event = delivery.headers.get("X-Event-Type") or "generic"
     title = payload.get("title") if isinstance(payload.get("title"), str) else None
     return Verdict(
@@ -37,7 +38,9 @@ def verify(delivery: Delivery) -> Verdict:
         detail="not verified (token trust)",
         payload=payload,
         event=one_line(event, 100),
-        delivery_key=one_line(key, 200) if key else None,
+        # As sent: the core keeps a short printable key and hashes any other. Cut here, two ids
+        # sharing their first 199 characters (or differing only in spaces) were one delivery.
+        delivery_key=key,
         title=one_line(title or f"Webhook delivery ({event})", 200),
     )
 
