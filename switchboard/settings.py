@@ -16,6 +16,8 @@ import re
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 ENV_PREFIX = "SWITCHBOARD_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -84,6 +86,14 @@ class Settings(BaseSettings):
             raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
         if value.startswith("postgresql://"):
             value = "postgresql+asyncpg://" + value.removeprefix("postgresql://")
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError):
+            # Never the URL or the parser's message: either may hold part of the password (an
+            # unescaped "@" or ":" in it moves its tail to where the port goes).
+            raise ValueError(
+                "is not a database URL (is the port a number? percent-encode @ : / in the password)"
+            ) from None
         return value
 
     @field_validator("base_url")

@@ -35,6 +35,8 @@ async def test_migrations_produce_exactly_the_models(database_url: str) -> None:
         # The newest migration, whichever that is: every revision is applied.
         head = ScriptDirectory.from_config(migrate.alembic_config(database_url)).get_current_head()
         assert version == head
+        # The CLI's own reading of the head (the highest numbered script), without alembic.
+        assert migrate.head() == head
     finally:
         await database.dispose()
 

@@ -40,6 +40,11 @@ class Group(click.Group):
             if isinstance(arg, str) and not _encodes(arg):
                 click.echo("error: usage: a command-line argument is not valid UTF-8", err=True)
                 sys.exit(2)
+            # No name, slug, id or text we accept holds a NUL (the API refuses it too): PostgreSQL
+            # cannot store one, and SQLite would. Only a program, not a shell, can pass one.
+            if isinstance(arg, str) and "\x00" in arg:
+                click.echo("error: usage: a command-line argument contains a NUL character", err=True)
+                sys.exit(2)
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:

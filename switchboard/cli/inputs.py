@@ -21,16 +21,31 @@ from switchboard.tenancy import Owner
 MAX_SECRET_CHARS = 16 * 1024
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_secret(prompt: str) -> str:
     """A secret from stdin (piped) or a hidden prompt (a terminal); never from an argument."""
     stdin = sys.stdin
     if stdin is None:
         fail("invalid_argument: no secret given (stdin is closed)")
-    if stdin.isatty():
-        value = click.prompt(prompt, hide_input=True, default="", show_default=False)
-    else:
-        value = stdin.read(MAX_SECRET_CHARS + 1)
+    try:
+        if stdin.isatty():
+            value = click.prompt(prompt, hide_input=True, default="", show_default=False)
+        else:
+            value = stdin.read(MAX_SECRET_CHARS + 1)
+    except UnicodeDecodeError:
+        # A strict stdin (a UTF-8 locale) refuses the bytes; the message never quotes them.
+        fail("invalid_argument: the secret is not valid UTF-8 text")
     value = value.strip()
+    if not value.isascii() and not _encodes(value):
+        # A lenient stdin (the C locale's surrogate escapes) lets them through as lone surrogates.
+        fail("invalid_argument: the secret is not valid UTF-8 text")
     if not value:
         fail("invalid_argument: no secret given (pipe it on stdin, or type it at the prompt)")
     if len(value) > MAX_SECRET_CHARS:

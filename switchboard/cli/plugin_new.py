@@ -124,7 +124,10 @@ def plugin_new(name: str, directory: Path | None, as_json: bool) -> None:
     """Write a provider package for kind NAME (lower-case letters, digits and _) to start from: it
     installs, is listed by `switchboard plugins`, and its tests pass as generated."""
     if not KIND_NAME_RE.fullmatch(name):
-        fail("invalid: NAME (the kind) must be 1-40 lower-case letters, digits and _, starting with a letter")
+        fail(
+            "invalid_argument: NAME (the kind) must be 1-40 lower-case letters, digits and _,"
+            " starting with a letter"
+        )
     taken = load_providers()
     if name in taken.sources or name in taken.connections:
         owner = taken.owners.get(("source", name)) or taken.owners.get(("connection", name))
@@ -134,7 +137,7 @@ def plugin_new(name: str, directory: Path | None, as_json: bool) -> None:
     try:
         written = write(names, folder)
     except (FileExistsError, OSError) as exc:
-        fail(f"invalid: {exc}")
+        fail(f"invalid_argument: {exc}")
     files = [str(p.relative_to(folder)) for p in written]
     data = {
         "kind": name,

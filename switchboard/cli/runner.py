@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from switchboard import outbound
+from switchboard import migrate, outbound
 from switchboard.cli.output import database_trouble, run, settings_or_exit
 from switchboard.db import Database
 from switchboard.errors import SwitchboardError
@@ -60,7 +60,7 @@ async def _check_migrated(db: Database) -> None:
     try:
         async with db.engine.connect() as conn:
             try:
-                await conn.execute(text("SELECT version_num FROM alembic_version"))
+                version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
             except DBAPIError:
                 # Not `is_unavailable`: SQLite answers a missing table with an OperationalError,
                 # which that would call an outage.
@@ -71,6 +71,19 @@ async def _check_migrated(db: Database) -> None:
         ) from None
     except DBAPIError as exc:
         raise SwitchboardError("unavailable", f"cannot connect to the database ({_reason(exc)})") from None
+    except TypeError as exc:
+        # A URL query argument the driver does not take (libpq's `?sslmode=`; asyncpg's is `?ssl=`).
+        raise SwitchboardError(
+            "unavailable", f"cannot connect to the database (SWITCHBOARD_DATABASE_URL: {exc})"
+        ) from None
+    head = migrate.head()
+    if version != head:
+        # Every command would fail on a table or column it lacks (or has left behind) otherwise.
+        cure = "run `switchboard db upgrade`" if str(version) < head else "this Switchboard is older than it"
+        raise SwitchboardError(
+            "unavailable",
+            f"the database schema is at revision {version}; this Switchboard's is {head} ({cure})",
+        )
 
 
 def _build_services(settings: Settings) -> Services:

@@ -5,6 +5,7 @@ scope, and the history names it ``cli:USER``."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
@@ -28,18 +29,55 @@ def todo_group() -> None:
     """Push, list and inspect todos; requeue, release or cancel them."""
 
 
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number too large for JSON")
+    return value
+
+
 def _parse_payload(raw: str | None) -> Any:
+    """``--payload`` read as the API reads a body: standard JSON only (no NaN or Infinity, no number
+    past a float's range, which ``todo show --json`` could not print as JSON) and no lone surrogate
+    (a ``\\ud800`` escape), which no database can store."""
     if raw is None:
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise invalid(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})") from None
     except ValueError:
-        # e.g. an integer literal longer than Python converts (4300 digits).
-        raise invalid("--payload is not valid JSON (a number is too long)") from None
+        # NaN or Infinity, a number past a float's range, or an integer literal longer than Python
+        # converts (4300 digits).
+        raise invalid("--payload is not valid JSON (NaN, Infinity or a number too large)") from None
     except RecursionError:
         raise invalid("--payload is not valid JSON (nested too deeply)") from None
+    if "\\u" in raw and not _encodes(value):
+        raise invalid("--payload must not contain a lone surrogate (\\ud800-\\udfff)")
+    return value
+
+
+def _encodes(value: Any) -> bool:
+    """Whether every string in ``value`` (keys too) encodes as UTF-8; walked without recursion, as
+    deep as the parser allowed."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return True
 
 
 @todo_group.command("push")
