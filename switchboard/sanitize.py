@@ -31,6 +31,25 @@ TOO_DEEP = f"nested deeper than {MAX_PAYLOAD_DEPTH} levels"
 NOT_FINITE = "holds NaN or Infinity, which standard JSON cannot carry"
 
 
+def lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (lists and dicts, keys included) holds a lone
+    surrogate: what a JSON ``\\ud800`` escape or bytes decoded with surrogate escapes (argv, a lenient
+    stdin) make. No database and no UTF-8 answer can carry one. Walked without recursion: a parsed
+    body may nest as deep as its parser allowed."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and _SURROGATE.search(item):
+                return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return False
+
+
 def clean_line(text: object, limit: int) -> str:
     """One printable line for a column: no control characters, no lone surrogates, cut to ``limit``."""
     value = str(text)

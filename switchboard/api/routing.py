@@ -26,6 +26,7 @@ from switchboard.api.caller import Caller, Unauthorized, authenticate
 from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.paging import LIMIT_DEFAULT, LIMIT_MAX, page_of
+from switchboard.sanitize import lone_surrogate
 from switchboard.services import Services, services_of
 from switchboard.todos import rfc3339
 from switchboard.vault import EncryptionRequired, VaultError
@@ -218,28 +219,6 @@ def _no_nul(value: Any) -> bool:
     return True
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _lone_surrogate(value: Any) -> bool:
-    """Whether a string anywhere in ``value`` (a key too) holds a lone surrogate. A JSON ``\\ud800``
-    escape parses into one; neither the databases nor any response (UTF-8) can carry it, so it would
-    fail after the write, or on every read of what was written. Walked without recursion: the body
-    may nest as deep as the JSON parser allowed."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _LONE_SURROGATE.search(item):
-                return True
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-    return False
-
-
 async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
@@ -275,7 +254,7 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
             raise invalid(f"field {param.name!r} must not contain NUL characters")
         # Only an escape makes one (the body decoded as strict UTF-8); a field of a documented shape
         # (a rule set, a trust setting) is checked by its own reader, with its own code.
-        if b"\\u" in raw and param.shape is None and _lone_surrogate(data[param.name]):
+        if b"\\u" in raw and param.shape is None and lone_surrogate(data[param.name]):
             raise invalid(f"field {param.name!r} must not contain a lone surrogate (\\ud800-\\udfff)")
     return data
 

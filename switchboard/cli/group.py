@@ -14,14 +14,7 @@ import click
 
 from switchboard.cli.output import fail
 from switchboard.errors import SwitchboardError
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+from switchboard.sanitize import lone_surrogate
 
 
 class Group(click.Group):
@@ -37,7 +30,7 @@ class Group(click.Group):
         standalone mode is always off whatever the caller asks: its error printing is replaced here."""
         for arg in sys.argv[1:] if args is None else args:
             # Bytes that are not UTF-8 arrive as lone surrogates and would fail deep in a driver.
-            if isinstance(arg, str) and not _encodes(arg):
+            if isinstance(arg, str) and lone_surrogate(arg):
                 click.echo("error: usage: a command-line argument is not valid UTF-8", err=True)
                 sys.exit(2)
             # No name, slug, id or text we accept holds a NUL (the API refuses it too): PostgreSQL

@@ -15,18 +15,11 @@ from switchboard import tenancy
 from switchboard.cli.output import fail
 from switchboard.db import Database
 from switchboard.models import Human, Team
+from switchboard.sanitize import lone_surrogate
 from switchboard.services import Services
 from switchboard.tenancy import Owner
 
 MAX_SECRET_CHARS = 16 * 1024
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def read_secret(prompt: str) -> str:
@@ -43,7 +36,7 @@ def read_secret(prompt: str) -> str:
         # A strict stdin (a UTF-8 locale) refuses the bytes; the message never quotes them.
         fail("invalid_argument: the secret is not valid UTF-8 text")
     value = value.strip()
-    if not value.isascii() and not _encodes(value):
+    if lone_surrogate(value):
         # A lenient stdin (the C locale's surrogate escapes) lets them through as lone surrogates.
         fail("invalid_argument: the secret is not valid UTF-8 text")
     if not value:

@@ -20,6 +20,7 @@ from switchboard.db import rfc3339
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.models import Todo
 from switchboard.paging import Page
+from switchboard.sanitize import lone_surrogate
 from switchboard.services import Services
 from switchboard.todos import operator as todo_ops
 
@@ -56,28 +57,9 @@ def _parse_payload(raw: str | None) -> Any:
         raise invalid("--payload is not valid JSON (NaN, Infinity or a number too large)") from None
     except RecursionError:
         raise invalid("--payload is not valid JSON (nested too deeply)") from None
-    if "\\u" in raw and not _encodes(value):
+    if "\\u" in raw and lone_surrogate(value):
         raise invalid("--payload must not contain a lone surrogate (\\ud800-\\udfff)")
     return value
-
-
-def _encodes(value: Any) -> bool:
-    """Whether every string in ``value`` (keys too) encodes as UTF-8; walked without recursion, as
-    deep as the parser allowed."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-    return True
 
 
 @todo_group.command("push")
