@@ -363,9 +363,12 @@ def open_secret(services: Services, row: SealedSecret) -> str:
 
 
 def _clean_detail(detail: str, secret: str) -> str:
-    flat = " ".join(str(detail).split())[:200]
-    # Belt and braces: a plugin must never echo the credential, but if it did it stops here.
-    return flat.replace(secret, "[redacted]") if secret else flat
+    flat = " ".join(str(detail).split())
+    # Belt and braces: a plugin must never echo the credential, but if it did it stops here. Before
+    # the cut: a secret across it would otherwise keep its first characters.
+    if secret:
+        flat = flat.replace(secret, "[redacted]")
+    return flat[:200]
 
 
 async def test_connection(services: Services, owner: Owner | None, connection_id: str) -> dict[str, Any]:
@@ -403,8 +406,10 @@ async def test_connection(services: Services, owner: Owner | None, connection_id
     learned = dict(result.facts) if result.ok else {}
     facts = {str(k): _clean_detail(str(v), secret) for k, v in learned.items()}
     async with services.db.write() as s:
-        live = await s.get(Connection, row.id)
-        if live is not None:
+        live = await s.get(Connection, row.id, with_for_update=True)
+        # A rotation while the test ran: this verdict is about a secret the row no longer holds, and
+        # must not replace its "not tested since" (nor teach it the old token's facts).
+        if live is not None and live.secret_ciphertext == row.secret_ciphertext:
             kept = dict((live.last_test or {}).get("facts") or {})
             live.last_test = {**verdict, "facts": facts or kept}
     return verdict

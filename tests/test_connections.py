@@ -12,6 +12,7 @@ from sqlalchemy import select, text
 from switchboard import connections as conn
 from switchboard.errors import SwitchboardError
 from switchboard.models import Base, Connection
+from switchboard.provider import CheckResult, ConnectionCheck
 from switchboard.tenancy import Owner, add_human, add_team, set_member, vend_endpoint
 from switchboard.testing import FakeProvider, Scripted, guarded_client
 from switchboard.vault import Vault, binding
@@ -371,3 +372,63 @@ async def _database_contains(db: Any, needle: str) -> list[str]:
                     if needle.encode() in blob:
                         hits.append(f"{table.name}.{column}")
     return hits
+
+
+ECHOED_SECRET = "gh-test-secret-" + "Zq8Xv2Lm9Np4Qr7Tw3Ys"
+
+
+async def _owner(db: Any, handle: str) -> Owner:
+    human, _ = await add_human(db, handle)
+    return Owner(human_id=human.id)
+
+
+def _patch_test(services: Any, monkeypatch: pytest.MonkeyPatch, kind: str, fn: Any) -> None:
+    original = services.providers.connection(kind)
+    monkeypatch.setitem(services.providers.connections, kind, dataclasses.replace(original, test=fn))
+
+
+async def test_redaction_survives_the_cut_of_a_long_detail(
+    services: Any, db: Any, guarded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test verdict's detail and facts are cut to 200 characters: a secret the plugin echoed across
+    the cut is redacted all the same (it was cut first, and its first characters were kept)."""
+
+    async def echoing(check: ConnectionCheck) -> CheckResult:
+        pad = "x" * 185
+        return CheckResult(ok=True, detail=f"{pad} {check.secret}", facts={"login": f"{pad} {check.secret}"})
+
+    _patch_test(services, monkeypatch, "github", echoing)
+    alice = await _owner(db, "alice")
+    made = await conn.create_connection(
+        services, alice, kind="github", name="gh", account_key=None, secret=ECHOED_SECRET
+    )
+    verdict = await conn.test_connection(services, alice, made["id"])
+    view = await conn.get_connection(services, alice, made["id"])
+    prefix = ECHOED_SECRET[:12]
+    assert prefix not in verdict["detail"], verdict["detail"]
+    assert prefix not in repr(view["last_test"]), view["last_test"]
+
+
+async def test_a_test_that_raced_a_rotation_does_not_vouch_for_the_new_secret(
+    services: Any, db: Any, guarded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation while a test of the old secret is in flight: the row keeps "secret rotated; not
+    tested since", not the old secret's passing verdict (and its facts)."""
+    alice = await _owner(db, "alice")
+    made = await conn.create_connection(
+        services, alice, kind="github", name="gh", account_key=None, secret=ECHOED_SECRET
+    )
+    tested: list[str] = []
+
+    async def slow_ok(check: ConnectionCheck) -> CheckResult:
+        tested.append(check.secret)
+        # The owner rotates (say, after a leak) while the dial of the old secret is in flight.
+        await conn.rotate_connection(services, alice, made["id"], ECHOED_SECRET + "-new")
+        return CheckResult(ok=True, detail="authenticated as old-login", facts={"login": "old-login"})
+
+    _patch_test(services, monkeypatch, "github", slow_ok)
+    await conn.test_connection(services, alice, made["id"])
+    assert tested == [ECHOED_SECRET]
+    last = (await conn.get_connection(services, alice, made["id"]))["last_test"]
+    # The new secret was never tested: the row must not say it passed.
+    assert last["ok"] is None, last
