@@ -342,6 +342,12 @@ def _queue(
             granted.append(target)
         else:
             skipped.append({"endpoint": target.slug, "queue": queue, "outcome": "not_granted"})
+    if names is not None and skipped:
+        # Each live endpoint a rule names must hold the queue now, as when the rules were saved
+        # (rules.check_grant): one that lost it fails closed and never hands the work to another
+        # (with ``exclusive``, only a revoked or expired first endpoint passes it on).
+        lost = ", ".join(str(s["endpoint"]) for s in skipped)
+        raise IntakeFault("not_granted", f"queue {queue!r} is no longer granted to {lost}")
     if not granted:
         raise IntakeFault("not_granted", f"queue {queue!r} is not granted to any chosen endpoint")
     if action.get("exclusive"):

@@ -329,3 +329,42 @@ async def test_a_queue_no_longer_granted_at_delivery_time_fails_closed(
     assert held.state == "held" and held.hold_reason == "rule_fault" and held.hold_detail["rule"] == "reviews"
     assert "not_granted" in held.hold_detail["fault"] and held.queue == HOLD_QUEUE
     assert event.routing["by"] == "rule" and "not_granted" in event.routing["why"]
+
+
+async def test_exclusive_never_falls_through_to_the_second_when_the_first_lost_the_queue(
+    services: Services, base_url: str
+) -> None:
+    """With ``exclusive`` a second endpoint takes the work only while the first is revoked or
+    expired (docs/routing.md); a first endpoint that is live but lost the rule's queue since the
+    rules were saved fails closed (a rule fault, held), as any named endpoint that lost it does.
+    The work went to the second endpoint."""
+    hook = await github_hook(services, trust=TRUSTED, queues=("default", "reviews"))
+    first, _ = await fan_out(services, hook, "olive-first", ("default", "reviews"))
+    second, _ = await fan_out(services, hook, "olive-second", ("default", "reviews"))
+    await set_rules(
+        services,
+        hook.webhook_id,
+        {
+            "rules": [
+                rule(
+                    "one",
+                    "true",
+                    {
+                        "type": "queue",
+                        "queue": "reviews",
+                        "endpoints": [first.slug, second.slug],
+                        "exclusive": True,
+                    },
+                )
+            ]
+        },
+    )
+    status, answer = await deliver(base_url, hook, "issues/opened")
+    assert [t["endpoint"] for t in answer["todos"]] == [first.slug], answer
+    # The first endpoint (still active) loses the queue: the work must not move to the second.
+    await set_queues(services, first.id, ["default"])
+    status, answer = await deliver(base_url, hook, "pull_request/opened")
+    assert status == 202
+    assert answer["disposition"] == "faulted" and answer["todos"] == [], answer
+    [held] = await todos_of(services, (await newest_event(services, hook.webhook_id)).id)
+    assert held.queue == HOLD_QUEUE and held.hold_reason == "rule_fault"
