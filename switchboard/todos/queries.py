@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, rfc3339
 from switchboard.errors import invalid, not_found
-from switchboard.models import Endpoint, Event, Todo, TodoEvent
+from switchboard.models import Endpoint, Event, Todo, TodoEvent, Webhook
 from switchboard.paging import Page, check_page
 from switchboard.tenancy import Owner, scope_filter
 from switchboard.todos.views import WITHOUT_BODIES, not_held, replies_summary, todo_detail, todo_row
@@ -307,6 +307,26 @@ async def find_in_scopes(s: AsyncSession, todo_id: str, scopes: list[Owner] | No
     return found[0], found[1]
 
 
+async def source_webhook(s: AsyncSession, event_id: str | None, scopes: list[Owner] | None) -> str | None:
+    """The webhook whose delivery ``event_id`` is (``GET /webhooks/{webhook}/deliveries/{id}`` shows
+    it), if its scope is one of ``scopes`` (None: every scope). A todo a route minted in another
+    scope's endpoint is its reader's, the webhook is not: naming it would tell what the reader may
+    not see (docs/api.md, "Routes")."""
+    if event_id is None:
+        return None
+    found = (
+        await s.execute(
+            select(Event.webhook_id, Endpoint)
+            .join(Webhook, Webhook.id == Event.webhook_id)
+            .join(Endpoint, Endpoint.id == Webhook.endpoint_id)
+            .where(Event.id == event_id)
+        )
+    ).first()
+    if found is None or (scopes is not None and Owner.of(found[1]) not in scopes):
+        return None
+    return str(found[0])
+
+
 async def show_in_scopes(db: Database, todo_id: str, *, scopes: list[Owner] | None) -> dict[str, Any]:
     """One todo as ``get_todo`` shows it (payload, result, attempts, replies), plus its endpoint's
     slug, each attempt's endpoint slug and the operators' actions on it (``history``);
@@ -321,12 +341,7 @@ async def show_in_scopes(db: Database, todo_id: str, *, scopes: list[Owner] | No
             ).all()
         )
         history = await todo_history(s, todo.id)
-        # The webhook delivery that minted it (GET /webhooks/{webhook}/deliveries/{id} shows it).
-        webhook_id = (
-            await s.scalar(select(Event.webhook_id).where(Event.id == todo.event_id))
-            if todo.event_id
-            else None
-        )
+        webhook_id = await source_webhook(s, todo.event_id, scopes)
     for attempt in detail["attempts"]:
         attempt["endpoint"] = slugs.get(attempt["endpoint_id"], attempt["endpoint_id"])
     delivery = {"id": todo.event_id, "webhook": webhook_id} if todo.event_id and webhook_id else None

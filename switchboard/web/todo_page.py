@@ -21,14 +21,14 @@ from sqlalchemy import select
 
 from switchboard import quarantine
 from switchboard.errors import SwitchboardError
-from switchboard.models import Attempt, Endpoint, Event, Todo
+from switchboard.models import Attempt, Endpoint, Todo
 from switchboard.provider import no_address
 from switchboard.reply import replies_of
 from switchboard.services import Services, services_of
 from switchboard.tenancy import Owner
 from switchboard.todos import operator as todo_ops
 from switchboard.todos import payload_of, stored_payload
-from switchboard.todos.queries import todo_history
+from switchboard.todos.queries import source_webhook, todo_history
 from switchboard.web.board import back_params, board_link, state_cell, utc
 from switchboard.web.forms import see_other
 from switchboard.web.html import (
@@ -293,12 +293,9 @@ async def render(
         )
         history = await todo_history(s, todo.id)
         stored = await stored_payload(s, todo)
-        # The delivery that minted it (its webhook's delivery log links back here).
-        webhook_id = (
-            await s.scalar(select(Event.webhook_id).where(Event.id == todo.event_id))
-            if todo.event_id
-            else None
-        )
+        # The delivery that minted it (its webhook's delivery log links back here), if the viewer
+        # can see that webhook's scope.
+        webhook_id = await source_webhook(s, todo.event_id, [scope.owner for scope in viewer.scopes])
     replies = await replies_of(services, todo.id)
     facts: list[tuple[str, object]] = [
         ("id", mono(todo.id)),
