@@ -18,9 +18,8 @@ from sqlalchemy import func, select
 from switchboard import tenancy
 from switchboard.models import Event, Team, Todo
 from switchboard.services import Services
-from switchboard.testing import vend
+from switchboard.testing import MCP_ACCEPT, MCP_INITIALIZE, vend
 
-ACCEPT = "application/json, text/event-stream"
 # Some of it incompressible, so that the compressed stream is longer than what is cut off below.
 PAYLOAD = json.dumps({"text": os.urandom(3000).hex(), "n": list(range(500))}).encode()
 WHOLE = gzip.compress(PAYLOAD)
@@ -49,21 +48,11 @@ async def _surface(services: Services, base_url: str, where: str) -> Surface:
     created = await tenancy.create_webhook(
         db, services.vault, services.providers, endpoint_slug=endpoint.slug, source="generic"
     )
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "gzip-test", "version": "1"},
-        },
-    }
     return {
         "mcp": Surface(
             f"{base_url}/mcp",
-            {"Authorization": f"Bearer {token}", "Accept": ACCEPT},
-            json.dumps(initialize).encode(),
+            {"Authorization": f"Bearer {token}", "Accept": MCP_ACCEPT},
+            json.dumps(MCP_INITIALIZE).encode(),
             200,
         ),
         "api": Surface(

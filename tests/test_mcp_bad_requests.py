@@ -14,28 +14,7 @@ import aiohttp
 import pytest
 
 from switchboard.services import Services
-from switchboard.testing import vend
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "review", "version": "1"},
-    },
-}
-ACCEPT = "application/json, text/event-stream"
-
-
-async def _open_session(http: aiohttp.ClientSession, base_url: str, token: str) -> dict[str, str]:
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
-    async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
-        assert resp.status == 200
-        session_id = resp.headers["Mcp-Session-Id"]
-        await resp.read()
-    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-06-18"}
+from switchboard.testing import MCP_ACCEPT, MCP_INITIALIZE, open_raw_session, vend
 
 
 async def _raw_post(base_url: str, target: bytes, headers: bytes, body: bytes) -> bytes:
@@ -68,12 +47,12 @@ async def test_a_query_string_beyond_latin1_is_not_a_500(
 ) -> None:
     # bridge.run_asgi encodes aiohttp's *decoded* query string as Latin-1.
     _, token = await vend(services.db)
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {token}", "Accept": MCP_ACCEPT, "Content-Type": "application/json"}
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{base_url}/mcp?{query}", json=INIT, headers=headers) as resp:
+        async with http.post(f"{base_url}/mcp?{query}", json=MCP_INITIALIZE, headers=headers) as resp:
             assert resp.status < 500, await resp.text()
         # On an established session too (every request goes through the bridge).
-        session = await _open_session(http, base_url, token)
+        session = await open_raw_session(http, base_url, token)
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
         async with http.post(f"{base_url}/mcp?{query}", json=ping, headers=session) as resp:
             assert resp.status < 500, await resp.text()
@@ -90,9 +69,9 @@ async def test_a_token_that_is_not_utf8_is_401_not_500(
     data = await _raw_post(
         base_url,
         b"/mcp",
-        b"Host: x\r\nAccept: " + ACCEPT.encode() + b"\r\nContent-Type: application/json\r\n"
+        b"Host: x\r\nAccept: " + MCP_ACCEPT.encode() + b"\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer " + token + b"\r\n",
-        json.dumps(INIT).encode(),
+        json.dumps(MCP_INITIALIZE).encode(),
     )
     assert data.startswith(b"HTTP/1.1 401"), data[:200]
 
@@ -109,9 +88,9 @@ async def test_a_host_header_with_a_bad_port_is_not_a_500(
     data = await _raw_post(
         base_url,
         b"/mcp",
-        b"Host: " + host + b"\r\nAccept: " + ACCEPT.encode() + b"\r\nContent-Type: application/json\r\n"
+        b"Host: " + host + b"\r\nAccept: " + MCP_ACCEPT.encode() + b"\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer " + token.encode() + b"\r\n",
-        json.dumps(INIT).encode(),
+        json.dumps(MCP_INITIALIZE).encode(),
     )
     assert not data.startswith(b"HTTP/1.1 5"), data[:300]
 
@@ -142,7 +121,7 @@ async def test_an_invalid_message_is_not_answered_with_its_own_content(
     else:
         del call["method"]  # type: ignore[attr-defined]
     async with aiohttp.ClientSession() as http:
-        headers = await _open_session(http, base_url, token)
+        headers = await open_raw_session(http, base_url, token)
         async with http.post(f"{base_url}/mcp", json=call, headers=headers) as resp:
             assert 400 <= resp.status < 500
             text = await resp.text()

@@ -9,29 +9,9 @@ import aiohttp
 import pytest
 
 from switchboard.services import Services
-from switchboard.testing import vend
+from switchboard.testing import MCP_ACCEPT, open_raw_session, vend
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "qa", "version": "1"},
-    },
-}
-ACCEPT = "application/json, text/event-stream"
 STATELESS = "2026-07-28"
-
-
-async def _open_session(http: aiohttp.ClientSession, base_url: str, token: str) -> dict[str, str]:
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
-    async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
-        assert resp.status == 200
-        session_id = resp.headers["Mcp-Session-Id"]
-        await resp.read()
-    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-06-18"}
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
@@ -40,7 +20,7 @@ async def test_mcp_post_with_a_wrong_content_type_gets_a_json_rpc_error(
 ) -> None:
     _, token = await vend(services.db)
     async with aiohttp.ClientSession() as http:
-        headers = await _open_session(http, base_url, token)
+        headers = await open_raw_session(http, base_url, token)
         if content_type is None:
             headers.pop("Content-Type")
         else:
@@ -56,7 +36,7 @@ async def test_mcp_post_with_a_wrong_content_type_gets_a_json_rpc_error(
 
 @pytest.mark.parametrize(
     ("method", "accept", "status"),
-    [("GET", ACCEPT, 405), ("DELETE", ACCEPT, 405), ("POST", "text/html", 406)],
+    [("GET", MCP_ACCEPT, 405), ("DELETE", MCP_ACCEPT, 405), ("POST", "text/html", 406)],
 )
 async def test_the_stateless_revision_refuses_in_json_too(
     services: Services, base_url: str, method: str, accept: str, status: int
@@ -86,7 +66,7 @@ async def test_a_get_stream_with_last_event_id_opens_a_fresh_stream(
     # No event store: the SDK answered nothing and the bridge turned that into a 500.
     _, token = await vend(services.db)
     async with aiohttp.ClientSession() as http:
-        headers = await _open_session(http, base_url, token)
+        headers = await open_raw_session(http, base_url, token)
         get_headers = {**headers, "Accept": "text/event-stream", "Last-Event-ID": "no-such-event"}
         get_headers.pop("Content-Type")
         async with http.get(f"{base_url}/mcp", headers=get_headers) as resp:

@@ -19,19 +19,8 @@ from switchboard.app import Job, run_periodically
 from switchboard.db import Database
 from switchboard.models import Todo
 from switchboard.services import Services
-from switchboard.testing import add_todo, connect, vend
+from switchboard.testing import MCP_ACCEPT, MCP_INITIALIZE, add_todo, connect, vend
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "qa", "version": "1"},
-    },
-}
-ACCEPT = "application/json, text/event-stream"
 UNREACHABLE = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
 
 
@@ -45,10 +34,10 @@ async def test_mcp_answers_503_json_while_the_database_is_unreachable(
         async with aiohttp.ClientSession() as http:
             headers = {
                 "Authorization": f"Bearer {token}",
-                "Accept": ACCEPT,
+                "Accept": MCP_ACCEPT,
                 "Content-Type": "application/json",
             }
-            async with http.post(f"{base_url}/mcp", json=INIT, headers=headers) as resp:
+            async with http.post(f"{base_url}/mcp", json=MCP_INITIALIZE, headers=headers) as resp:
                 assert resp.status == 503
                 assert (await resp.json())["error"] == "unavailable"
     finally:

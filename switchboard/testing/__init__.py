@@ -29,7 +29,16 @@ from switchboard.testing.database import (
     postgres_url,
     watch_statements,
 )
-from switchboard.testing.mcp_client import Agent, ChannelListener, ChannelParams, connect, http_client
+from switchboard.testing.mcp_client import (
+    MCP_ACCEPT,
+    MCP_INITIALIZE,
+    Agent,
+    ChannelListener,
+    ChannelParams,
+    connect,
+    http_client,
+    open_raw_session,
+)
 from switchboard.testing.providers import FakeProvider, FakeProviders, Recorded, Scripted
 from switchboard.testing.serve import (
     CliRun,
@@ -69,6 +78,8 @@ from switchboard.testing.world import (
 )
 
 __all__ = [
+    "MCP_ACCEPT",
+    "MCP_INITIALIZE",
     "PROVIDER_SECRETS",
     "TEST_DATABASE_ENV",
     "TEST_ENCRYPTION_KEY",
@@ -105,6 +116,7 @@ __all__ = [
     "make_tls",
     "make_webhook",
     "now_rfc3339",
+    "open_raw_session",
     "post",
     "postgres_url",
     "serve_env",

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx2
 import mcp_types as types
 from mcp.client import Client
@@ -21,6 +22,30 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict
 
 from switchboard.models import Endpoint
+
+# For tests that speak /mcp by hand (requests the SDK client would never send): the Accept header the
+# transport asks for, an ``initialize`` request, and a session opened with them.
+MCP_ACCEPT = "application/json, text/event-stream"
+MCP_INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "qa", "version": "1"},
+    },
+}
+
+
+async def open_raw_session(http: aiohttp.ClientSession, base_url: str, token: str) -> dict[str, str]:
+    """Initialize a session on ``/mcp`` over ``http``; the headers a request of that session sends."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": MCP_ACCEPT, "Content-Type": "application/json"}
+    async with http.post(f"{base_url}/mcp", json=MCP_INITIALIZE, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        session_id = resp.headers["Mcp-Session-Id"]
+        await resp.read()
+    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-06-18"}
 
 
 class ChannelParams(BaseModel):
