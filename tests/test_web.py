@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -997,3 +998,39 @@ async def test_a_form_field_that_decodes_to_a_lone_surrogate_is_a_4xx_page(
     async with db.read() as s:
         assert (await s.scalar(select(func.count()).select_from(Endpoint))) == 0
         assert (await s.scalar(select(func.count()).select_from(Connection))) == 0
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        "/ui/../api/v1/humans/me",  # resolves to /api/v1/humans/me: not a page of this UI
+        "/ui/%2e%2e/metrics",  # the same with the dots percent-encoded
+        "/ui/..//evil.example",  # resolves to //evil.example on this host
+    ],
+)
+async def test_login_next_with_dot_segments_does_not_leave_the_ui(
+    browser: Browser, db: Any, asked: str
+) -> None:
+    """docs/web.md: a `next` that is not a path under `/ui` lands on the board. A browser resolves
+    dot segments in a Location header, so these left /ui."""
+    token = await human(db, "ada")
+    _, text = await browser.get(f"/ui/login?next={quote(asked, safe='')}")
+    found = CSRF_RE.search(text)
+    assert found is not None
+    resp, _ = await browser.request(
+        "POST", "/ui/login", data={"csrf": found.group(1), "token": token, "next": asked}
+    )
+    assert resp.status == 303
+    assert resp.headers["Location"] == "/ui", resp.headers["Location"]
+
+
+async def test_a_head_request_does_not_burn_a_one_time_reveal(browser: Browser, db: Any) -> None:
+    """HEAD is a safe method (RFC 9110), and aiohttp's add_get answers it with the GET handler: a
+    HEAD on the reveal page took the secret off the session's row without showing it."""
+    assert (await browser.login(await human(db, "ada"))).status == 303
+    resp, _ = await browser.post("/ui/endpoints", {"name": "bot", "owner": "me", "queues": "default"})
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/endpoints/token"
+    head, _ = await browser.request("HEAD", "/ui/endpoints/token")
+    assert head.status < 500  # what it says does not matter; that it takes nothing does
+    resp, text = await browser.get("/ui/endpoints/token")
+    assert resp.status == 200 and SBK_RE.search(text), resp.status

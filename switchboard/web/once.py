@@ -85,6 +85,10 @@ async def put_reveal(request: web.Request, viewer: Viewer, what: str, shown: dic
 async def take_reveal(request: web.Request, viewer: Viewer, what: str) -> dict[str, Any] | None:
     """This session's waiting reveal of kind ``what``, removed from its row as it is read: shown at
     most once. One of another kind stays for its own page."""
+    if request.method != "GET":
+        # A HEAD (aiohttp answers it with the GET handler) must not use up the one showing: a
+        # prefetcher or link checker would take the secret and show it to nobody.
+        return None
     async with services_of(request).db.write() as s:
         row = await s.scalar(
             select(WebSession).where(WebSession.id_hash == viewer.session_hash).with_for_update()

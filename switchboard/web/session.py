@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
 from typing import TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from aiohttp import web
 from sqlalchemy import ColumnElement, delete, select, update
@@ -292,7 +292,11 @@ def safe_next(value: str | None) -> str:
         return "/ui"
     if parts.scheme or parts.netloc or not (parts.path == "/ui" or parts.path.startswith("/ui/")):
         return "/ui"
-    if parts.path in ("/ui/login", "/ui/logout"):
+    # A browser resolves dot segments in a Location, percent-encoded ones too: "/ui/../x" is "/x".
+    path = unquote(parts.path)
+    if "//" in path or any(segment in (".", "..") for segment in path.split("/")):
+        return "/ui"
+    if path in ("/ui/login", "/ui/logout"):
         return "/ui"
     return value
 
