@@ -57,6 +57,12 @@ NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 # Deprecated IPv4-compatible addresses (::a.b.c.d); Python calls ::127.0.0.1 global.
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# IPv4-translated addresses (SIIT, ::ffff:0:a.b.c.d): one more IPv6 spelling of an IPv4 address.
+IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+# Not globally reachable (IANA's special-purpose registries) though Python 3.11 calls them global.
+NOT_GLOBAL = [
+    ipaddress.ip_network(n) for n in ("192.0.0.0/24", "fec0::/10", "100::/8", "3fff::/20", "5f00::/16")
+]
 MAX_RESPONSE_BYTES = 1024 * 1024
 # Waiting for a pool slot plus making the connection (TCP and TLS): nothing is sent before it ends.
 CONNECT_TIMEOUT = 5.0
@@ -93,7 +99,7 @@ def _forms(ip: IPAddress) -> list[IPAddress]:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             forms.append(ip.ipv4_mapped)
-        if ip in NAT64 or ip in IPV4_COMPATIBLE:
+        if ip in NAT64 or ip in IPV4_COMPATIBLE or ip in IPV4_TRANSLATED:
             forms.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
         if ip.sixtofour is not None:
             forms.append(ip.sixtofour)
@@ -113,8 +119,21 @@ def address_allowed(address: str, allow: Iterable[IPNetwork] = ()) -> bool:
         return any(ip in net for net in allow if net.version == 6)
     if any(form in net for form in forms for net in allow if form.version == net.version):
         return True
+    return all(_public(form) for form in forms)
+
+
+def _public(ip: IPAddress) -> bool:
     # is_global alone lets multicast through (224/4 counts as global in Python 3.11).
-    return all(f.is_global and not f.is_multicast and not f.is_unspecified for f in forms)
+    if not ip.is_global or ip.is_multicast or ip.is_unspecified:
+        return False
+    if any(ip in net for net in NOT_GLOBAL if net.version == ip.version):
+        return False
+    # Reserved IPv6 space, but for the prefixes that embed an IPv4 address (checked as well, in
+    # its IPv4 form: a public NAT64 or mapped address is a public destination).
+    embeds = isinstance(ip, ipaddress.IPv6Address) and (
+        ip.ipv4_mapped is not None or ip in NAT64 or ip in IPV4_COMPATIBLE or ip in IPV4_TRANSLATED
+    )
+    return not (ip.is_reserved and not embeds)
 
 
 class _GuardedConnector(aiohttp.TCPConnector):
@@ -293,10 +312,17 @@ class Outbound:
                 params=params,
                 allow_redirects=False,
             ) as resp:
-                body = await resp.content.read(self.max_response_bytes + 1)
-                if len(body) > self.max_response_bytes:
-                    raise OutboundUncertain(f"{host} answered with more than {self.max_response_bytes} bytes")
-                return Response(resp.status, dict(resp.headers), body)
+                # ``read(n)`` answers what has arrived so far, not n bytes: an answer that came in
+                # pieces was cut at its first (a comment's id and permalink lost) and the cap never
+                # met. Read to the end, or until the answer is over the cap.
+                body = bytearray()
+                while chunk := await resp.content.read(self.max_response_bytes + 1 - len(body)):
+                    body += chunk
+                    if len(body) > self.max_response_bytes:
+                        raise OutboundUncertain(
+                            f"{host} answered with more than {self.max_response_bytes} bytes"
+                        )
+                return Response(resp.status, dict(resp.headers), bytes(body))
         except OutboundError:
             raise
         except BlockedAddress as exc:

@@ -292,3 +292,79 @@ def test_every_ipv6_spelling_of_an_ipv4_address_gets_its_verdict(v4: ipaddress.I
         spellings.append(ipaddress.IPv6Address(n))  # IPv4-compatible
     for v6 in spellings:
         assert address_allowed(str(v6)) == verdict, v6
+
+
+CHUNK = 16 * 1024
+
+
+async def _streaming_server(chunks: int) -> tuple[web.AppRunner, int, bytes]:
+    """A provider that sends its answer in pieces (chunked encoding, a short pause between pieces),
+    as a real provider behind a proxy or a slow link does."""
+    app = web.Application()
+    payload = b"x" * (chunks * CHUNK)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(chunks):
+            await resp.write(payload[i * CHUNK : (i + 1) * CHUNK])
+            await asyncio.sleep(0.02)
+        await resp.write_eof()
+        return resp
+
+    app.router.add_get("/stream", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, port, payload
+
+
+@pytest.fixture
+async def streamed() -> AsyncIterator[tuple[int, bytes]]:
+    runner, port, payload = await _streaming_server(chunks=8)  # 128 KiB in 8 pieces
+    yield port, payload
+    await runner.cleanup()
+
+
+async def test_an_oversized_answer_sent_in_pieces_is_still_cut_off(streamed: tuple[int, bytes]) -> None:
+    """The cap holds however the bytes arrive: a trickled 128 KiB answer is over a 64 KiB cap (the
+    client read once, took the first piece, and met no cap)."""
+    port, _ = streamed
+    client = guarded_client(max_response_bytes=64 * 1024)
+    try:
+        with pytest.raises(OutboundUncertain):
+            resp = await client.request("GET", f"http://127.0.0.1:{port}/stream")
+            pytest.fail(f"no error; got a {len(resp.body)}-byte body instead")
+    finally:
+        await client.close()
+
+
+async def test_an_answer_under_the_cap_sent_in_pieces_arrives_whole(streamed: tuple[int, bytes]) -> None:
+    """A 128 KiB answer, well under the 1 MiB cap, arrives whole (it was cut at its first piece)."""
+    port, payload = streamed
+    client = guarded_client()
+    try:
+        resp = await client.request("GET", f"http://127.0.0.1:{port}/stream")
+        assert resp.status == 200
+        assert len(resp.body) == len(payload)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "::ffff:0:7f00:1",  # IPv4-translated (SIIT, ::ffff:0:0:0/96) spelling of 127.0.0.1
+        "::ffff:0:a9fe:a9fe",  # IPv4-translated 169.254.169.254 (cloud metadata)
+        "::ffff:0:a00:1",  # IPv4-translated 10.0.0.1
+        "fec0::1",  # site-local (deprecated, never globally routable)
+        "100:0:0:1::1",  # 100::/8 reserved (only 100::/64 is known to Python)
+        "5f00::1",  # reserved (IANA: SRv6 SIDs, not globally reachable)
+        "192.0.0.8",  # IPv4 dummy address, 192.0.0.0/24 IETF protocol assignments
+    ],
+)
+def test_reserved_and_translated_addresses_are_refused(address: str) -> None:
+    assert not address_allowed(address)
