@@ -13,10 +13,9 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
@@ -32,6 +31,7 @@ from switchboard.todos.views import (
     payload_of,
     replies_summary,
     stored_payload,
+    subject_free,
     todo_detail,
     todo_row,
 )
@@ -491,18 +491,11 @@ async def schedule_retries(db: Database, now: datetime | None = None) -> list[st
     this one waited, and making this one pending too would break the index (and roll back every
     other retry of the pass, on every pass). It is retried once that other todo has ended."""
     now = now or utcnow()
-    other = aliased(Todo)
-    subject_open = exists().where(
-        other.endpoint_id == Todo.endpoint_id,
-        other.queue == Todo.queue,
-        other.once_key == Todo.once_key,
-        other.state.in_(("pending", "claimed")),
-    )
     due = (
         Todo.state == "failed",
         Todo.next_retry_at <= now,
         Todo.dead_letter.is_(False),
-        or_(Todo.once_key.is_(None), ~subject_open),
+        subject_free(),
     )
     if not await _any(db, select(Todo.id).where(*due)):
         return []

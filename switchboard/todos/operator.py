@@ -35,7 +35,7 @@ from switchboard.models import Attempt, Endpoint, Todo, TodoEvent
 from switchboard.services import Services
 from switchboard.tenancy import Owner, endpoint_is_live
 from switchboard.todos.queries import TodoFilter, conditions, history_view, operator_row, visible
-from switchboard.todos.views import replies_summary
+from switchboard.todos.views import replies_summary, subject_free
 
 # Why a todo became a dead letter (``todos.dead_reason``), and how each surface says it.
 DEAD_REASONS = {
@@ -185,6 +185,13 @@ async def _act(
         if manage is not None:
             manage(Owner.of(endpoint))
         if action == "requeue":
+            if todo.once_key is not None and not await s.scalar(
+                select(func.count()).select_from(Todo).where(Todo.id == todo.id, subject_free())
+            ):
+                raise conflict(
+                    f"todo {todo.id}: another todo about its subject is open;"
+                    " it can be requeued once that one has ended"
+                )
             event = _requeue(s, todo, endpoint, actor, now, "")
         elif action == "release":
             event = await _release(s, todo, actor, now)
@@ -290,7 +297,12 @@ async def requeue_matching(
     still match after. Batches commit one by one: a failure part-way keeps what was done."""
     limit = check_bulk(filters, limit)
     now = utcnow()
-    live = (Endpoint.state == "active", or_(Endpoint.expires_at.is_(None), Endpoint.expires_at > now))
+    live = (
+        Endpoint.state == "active",
+        or_(Endpoint.expires_at.is_(None), Endpoint.expires_at > now),
+        # A ``once`` todo whose subject has an open todo waits for it (views.subject_free).
+        subject_free(),
+    )
     note = f"; bulk requeue of {filters.described()}"
     async with services.db.read() as s:
         where = [*await conditions(s, scopes, filters), *live]
@@ -317,11 +329,19 @@ async def requeue_matching(
                     .with_for_update(of=Todo, skip_locked=True)
                 )
             ).all()
+            # Two of one ``once`` subject in a batch: only the oldest goes back (the other then waits).
+            subjects: set[tuple[str, str, str]] = set()
+            batch: list[str] = []
             for todo, endpoint in rows:
+                if todo.once_key is not None:
+                    subject = (todo.endpoint_id, todo.queue, todo.once_key)
+                    if subject in subjects:
+                        continue
+                    subjects.add(subject)
                 _requeue(s, todo, endpoint, actor, now, note)
-        if not rows:
+                batch.append(todo.id)
+        if not batch:
             break
-        batch = [todo.id for todo, _ in rows]
         done += batch
         services.metrics.inc("switchboard_todo_transitions_total", len(batch), verb="operator_requeue")
         await services.todos_created(batch)

@@ -37,15 +37,22 @@ def parse_time(value: Any, name: str) -> datetime | None:
     UTC."""
     if value is None:
         return None
+    bad = f"{name} must be an RFC 3339 timestamp or a date (YYYY-MM-DD)"
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not 10 <= len(value) <= 40:
-        raise invalid(f"{name} must be an RFC 3339 timestamp or a date (YYYY-MM-DD)")
+        parsed = value
+    elif not isinstance(value, str) or not 10 <= len(value) <= 40:
+        raise invalid(bad)
+    else:
+        try:
+            parsed = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise invalid(bad) from None
     try:
-        parsed = datetime.fromisoformat(value.replace("z", "Z"))
-    except ValueError:
-        raise invalid(f"{name} must be an RFC 3339 timestamp or a date (YYYY-MM-DD)") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        # One instant, in UTC: SQLite compares times as text, and would read another offset's
+        # clock as UTC's.
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        raise invalid(f"{name} is outside the range of dates") from None
 
 
 def _text(value: Any, name: str, limit: int = 300) -> str | None:

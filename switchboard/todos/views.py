@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, literal_column, select
+from sqlalchemy import ColumnElement, Select, exists, func, literal_column, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import defer
+from sqlalchemy.orm import aliased, defer
 
 from switchboard.db import rfc3339
 from switchboard.models import Attempt, Event, Reply, Todo
@@ -54,6 +54,23 @@ async def stored_payload(s: AsyncSession, todo: Todo) -> bytes:
 def not_held() -> ColumnElement[bool]:
     """SQL filter: the todos agents (and the board's listings) may see."""
     return Todo.state != HELD
+
+
+def subject_free() -> ColumnElement[bool]:
+    """SQL filter: todos that may become pending without breaking one open todo per ``once``
+    subject (``uq_todos_once`` holds only pending and claimed todos): no ``once`` key, or no other
+    open todo about the same subject on the same endpoint and queue. A failed one waits until that
+    other has ended (the retry scheduler, an operator's requeue)."""
+    other = aliased(Todo)
+    return or_(
+        Todo.once_key.is_(None),
+        ~exists().where(
+            other.endpoint_id == Todo.endpoint_id,
+            other.queue == Todo.queue,
+            other.once_key == Todo.once_key,
+            other.state.in_(("pending", "claimed")),
+        ),
+    )
 
 
 async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -133,7 +133,13 @@ def _date(value: str, name: str, *, end: bool) -> datetime | None:
         day = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
     except ValueError:
         raise SwitchboardError("invalid_argument", f"{name} must be a date (YYYY-MM-DD)") from None
-    return day + timedelta(days=1) if end else day
+    if not end:
+        return day
+    try:
+        return day + timedelta(days=1)
+    except OverflowError:
+        # The calendar's last day: nothing is later, so no upper bound.
+        return None
 
 
 def board_filters(query: Mapping[str, str]) -> tuple[TodoFilter, dict[str, str], str | None]:
@@ -276,9 +282,15 @@ async def requeueable(request: web.Request, viewer: Viewer, filters: TodoFilter)
     the scopes they manage, on live endpoints."""
     if filters.state not in todo_ops.BULK_STATES or not viewer.managed:
         return 0
-    preview = await todo_ops.requeue_matching(
-        services_of(request), filters, scopes=_bulk_scopes(viewer), actor=PREVIEW, dry_run=True
-    )
+    try:
+        preview = await todo_ops.requeue_matching(
+            services_of(request), filters, scopes=_bulk_scopes(viewer), actor=PREVIEW, dry_run=True
+        )
+    except SwitchboardError as exc:
+        if exc.code != "not_found":
+            raise
+        # The board is filtered to an endpoint the viewer only reads: none of it is theirs to requeue.
+        return 0
     return int(preview["matched"])
 
 
