@@ -23,6 +23,9 @@ from aiohttp.web_protocol import RequestPayloadError
 # Whatever follows ``/webhooks/`` (any case, any number of slashes) up to the query is treated as
 # the token: a mistyped path such as ``/webhooks//wh_…`` still carries a real one.
 _INGEST_PATH = re.compile(r"(/webhooks/+)([^/?#\s'\"]{0,8})[^?#\s'\"]*", re.IGNORECASE)
+# The same in a decoded path (``request.path``: no query, and an escape may have become a space, a
+# quote or a ``?``): everything after ``/webhooks/`` is the token.
+_DECODED_INGEST_PATH = re.compile(r"(/webhooks/+)([^/]{0,8}).*", re.IGNORECASE | re.DOTALL)
 
 
 def _shortened(match: re.Match[str]) -> str:
@@ -48,7 +51,11 @@ class RedactingFilter(logging.Filter):
         if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError | RequestPayloadError):
             # "Error handling request from %s" names the client; "Unhandled exception" does not.
             client = record.args[0] if isinstance(record.args, tuple) and record.args else None
-            detail = " ".join(redact_path(str(exc)).split())[:200]
+            # The parser quotes what it refused (a request line, a header and its value: a bearer
+            # token, a cookie): only its reason is logged, never what it quoted.
+            text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+            reason = re.split(r":\s*b?['\"]|\n", str(text), maxsplit=1)[0]
+            detail = " ".join(redact_path(reason).split())[:200]
             record.msg = "bad HTTP request%s refused: %s (%s)"
             record.args = (f" from {client}" if client else "", type(exc).__name__, detail)
             if record.levelno > logging.WARNING:
@@ -279,7 +286,8 @@ class RedactingAccessLogger(AbstractAccessLogger):
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         note = request.get(ACCESS_NOTE)
-        line = f'{request.remote} "{request.method} {request.path}" {response.status} {time * 1000:.1f}ms'
+        path = _DECODED_INGEST_PATH.sub(_shortened, request.path)
+        line = f'{request.remote} "{request.method} {path}" {response.status} {time * 1000:.1f}ms'
         # Made whole here, with no arguments left to format (a ``%`` in it stays as it is), and
         # redacted here, note and all, whichever handler writes it.
         text = redact_path(f"{line} {note}" if note else line)

@@ -25,6 +25,18 @@ def _labels(labels: dict[str, str]) -> Labels:
 SERIES_KEYS_KEPT = 4096
 
 
+def _num(value: float) -> str:
+    """A sample's value exactly: ``:g`` kept six significant digits, so a counter past a million
+    moved in steps (1234567 and 1234568 both read 1.23457e+06) and ``rate()`` read nothing."""
+    if value != value:
+        return "NaN"
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
 def _fmt(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
     pairs = labels + extra
     if not pairs:
@@ -85,17 +97,17 @@ class Metrics:
                 kind, text = self._help.get(name, ("counter", name))
                 lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
                 for labels, value in sorted(self._counters.get(name, {}).items()):
-                    lines.append(f"{name}{_fmt(labels)} {value:g}")
+                    lines.append(f"{name}{_fmt(labels)} {_num(value)}")
                 buckets = self._hist_buckets.get(name, DEFAULT_BUCKETS)
                 for labels, series in sorted(self._hist.get(name, {}).items()):
                     running = 0.0
                     for bound, count in zip(buckets, series, strict=False):
                         running += count
-                        lines.append(f"{name}_bucket{_fmt(labels, (('le', f'{bound:g}'),))} {running:g}")
+                        lines.append(f"{name}_bucket{_fmt(labels, (('le', f'{bound:g}'),))} {_num(running)}")
                     running += series[len(buckets)]
-                    lines.append(f"{name}_bucket{_fmt(labels, (('le', '+Inf'),))} {running:g}")
-                    lines.append(f"{name}_count{_fmt(labels)} {running:g}")
-                    lines.append(f"{name}_sum{_fmt(labels)} {series[-1]:g}")
+                    lines.append(f"{name}_bucket{_fmt(labels, (('le', '+Inf'),))} {_num(running)}")
+                    lines.append(f"{name}_count{_fmt(labels)} {_num(running)}")
+                    lines.append(f"{name}_sum{_fmt(labels)} {_num(series[-1])}")
         return "\n".join(lines) + "\n"
 
 
