@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -29,6 +30,20 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_PAYLOAD_DEPTH = 64
 TOO_DEEP = f"nested deeper than {MAX_PAYLOAD_DEPTH} levels"
 NOT_FINITE = "holds NaN or Infinity, which standard JSON cannot carry"
+
+
+def refuse_constant(name: str) -> NoReturn:
+    """``json.loads``' ``parse_constant``: NaN and Infinity are not JSON (the standard library reads
+    them by default)."""
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def finite_float(text: str) -> float:
+    """``json.loads``' ``parse_float``: 1e400 reads as infinity, which no JSON answer could carry."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
 
 
 def lone_surrogate(value: Any) -> bool:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from sqlalchemy.exc import IntegrityError
@@ -26,7 +26,7 @@ from switchboard.api.caller import Caller, Unauthorized, authenticate
 from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.paging import LIMIT_DEFAULT, LIMIT_MAX, page_of
-from switchboard.sanitize import lone_surrogate
+from switchboard.sanitize import finite_float, lone_surrogate, refuse_constant
 from switchboard.services import Services, services_of
 from switchboard.todos import rfc3339
 from switchboard.vault import EncryptionRequired, VaultError
@@ -185,10 +185,6 @@ def _describe(param: Param) -> str:
     return noun + (" or null" if param.nullable else "")
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 class DuplicateKey(ValueError):
     """A JSON object names one key twice: which value was meant is not ours to guess."""
 
@@ -200,14 +196,6 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKey(key)
         data[key] = value
     return data
-
-
-def _finite_float(text: str) -> float:
-    # 1e400 parses as infinity, which no JSON response could carry back.
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("number out of range")
-    return value
 
 
 def _no_nul(value: Any) -> bool:
@@ -227,8 +215,8 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
         try:
             data = json.loads(
                 raw.decode("utf-8"),
-                parse_constant=_reject_constant,
-                parse_float=_finite_float,
+                parse_constant=refuse_constant,
+                parse_float=finite_float,
                 object_pairs_hook=_no_duplicates,
             )
         except DuplicateKey as exc:

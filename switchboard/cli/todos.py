@@ -5,7 +5,6 @@ scope, and the history names it ``cli:USER``."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import click
@@ -20,7 +19,7 @@ from switchboard.db import rfc3339
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.models import Todo
 from switchboard.paging import Page
-from switchboard.sanitize import lone_surrogate
+from switchboard.sanitize import finite_float, lone_surrogate, refuse_constant
 from switchboard.services import Services
 from switchboard.todos import operator as todo_ops
 
@@ -30,17 +29,6 @@ def todo_group() -> None:
     """Push, list and inspect todos; requeue, release or cancel them."""
 
 
-def _not_json(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("a number too large for JSON")
-    return value
-
-
 def _parse_payload(raw: str | None) -> Any:
     """``--payload`` read as the API reads a body: standard JSON only (no NaN or Infinity, no number
     past a float's range, which ``todo show --json`` could not print as JSON) and no lone surrogate
@@ -48,7 +36,7 @@ def _parse_payload(raw: str | None) -> Any:
     if raw is None:
         return None
     try:
-        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+        value = json.loads(raw, parse_constant=refuse_constant, parse_float=finite_float)
     except json.JSONDecodeError as exc:
         raise invalid(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})") from None
     except ValueError:

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from switchboard.errors import SwitchboardError, invalid
+from switchboard.sanitize import lone_surrogate
 from switchboard.web.html import FormRefusal
 from switchboard.web.once import Redirect
 
@@ -60,12 +61,9 @@ def check_text(value: str, what: str) -> str:
     either."""
     if "\x00" in value:
         raise invalid(f"{what} contains a NUL character")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate, as a form in utf-7 decodes "+2AA-": no database can store it.
-            raise invalid(f"{what} is not valid text") from None
+    if lone_surrogate(value):
+        # As a form in utf-7 decodes "+2AA-": no database can store it.
+        raise invalid(f"{what} is not valid text")
     return value
 
 
