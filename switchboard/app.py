@@ -18,7 +18,19 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from switchboard import api, bodies, delivery_records, ingest, mcp, outbound, quarantine, reply, reseal, todos
+from switchboard import (
+    api,
+    bodies,
+    delivery_records,
+    http_refusals,
+    ingest,
+    mcp,
+    outbound,
+    quarantine,
+    reply,
+    reseal,
+    todos,
+)
 from switchboard import web as web_ui
 from switchboard.bearers import bearer_token
 from switchboard.checkpoints import Checkpointer
@@ -299,6 +311,8 @@ async def bounded_bodies(
 
 
 def make_app(services: Services) -> web.Application:
+    # A request aiohttp's parser refuses never reaches the middlewares: its answer is made JSON here.
+    http_refusals.install()
     app = web.Application(
         middlewares=[json_errors, bounded_bodies],
         client_max_size=5 * 1024 * 1024 + 1,

@@ -20,6 +20,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web import BaseRequest, RequestKey, StreamResponse
 from aiohttp.web_protocol import RequestPayloadError
 
+from switchboard.http_refusals import parser_reason
+
 # Whatever follows ``/webhooks/`` (any case, any number of slashes) up to the query is treated as
 # the token: a mistyped path such as ``/webhooks//wh_…`` still carries a real one.
 _INGEST_PATH = re.compile(r"(/webhooks/+)([^/?#\s'\"]{0,8})[^?#\s'\"]*", re.IGNORECASE)
@@ -53,9 +55,7 @@ class RedactingFilter(logging.Filter):
             client = record.args[0] if isinstance(record.args, tuple) and record.args else None
             # The parser quotes what it refused (a request line, a header and its value: a bearer
             # token, a cookie): only its reason is logged, never what it quoted.
-            text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
-            reason = re.split(r":\s*b?['\"]|\n", str(text), maxsplit=1)[0]
-            detail = " ".join(redact_path(reason).split())[:200]
+            detail = parser_reason(exc)
             record.msg = "bad HTTP request%s refused: %s (%s)"
             record.args = (f" from {client}" if client else "", type(exc).__name__, detail)
             if record.levelno > logging.WARNING:
