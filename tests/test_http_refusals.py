@@ -76,18 +76,7 @@ def cases(ingest_token: str, bearer: str) -> dict[str, tuple[bytes, str]]:
     }
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "a control byte after a bearer token",
-        "a request line past the parser's limit",
-        "a header line past the parser's limit",
-        "a control byte in the ingest path",
-        "a chunk size that is not hexadecimal",
-        "not a method",
-        "a space in a header name",
-    ],
-)
+@pytest.mark.parametrize("case", list(cases("", "")))
 async def test_a_request_the_parser_refuses_is_answered_in_json_without_what_it_quoted(
     case: str, services: Services, base_url: str
 ) -> None:
