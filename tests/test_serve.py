@@ -25,6 +25,8 @@ async def test_serve_upgrades_serves_and_stops_cleanly(
     await sb.start()
     async with aiohttp.ClientSession() as http, http.get(f"{sb.base_url}/healthz") as resp:
         assert await resp.json() == {"status": "ok", "database": "sqlite"}
+    # Said once its socket listens, naming where.
+    assert f"serving on {sb.base_url} (database: sqlite)" in sb.log()
     assert await sb.stop(sig) == 0
     sb.check_log()
     assert (tmp_path / "sb.db").exists()
@@ -61,6 +63,8 @@ async def test_serve_that_cannot_listen_says_so_in_one_line(
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: unavailable: cannot listen on ")
+    # It never claimed to be serving first.
+    assert "serving on" not in done.stderr
 
 
 async def test_serve_at_debug_without_a_key_logs_no_secret(

@@ -78,9 +78,6 @@ def serve(as_json: bool) -> None:
         fail(str(exc), 2)
     _upgrade(settings.database_url, logged=True)
     services = build_services(settings, providers)
-    logging.getLogger("switchboard").info(
-        "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
-    )
     if settings.metrics_token is None:
         # Its series name every tenant's webhooks: say so where an operator looks first.
         logging.getLogger("switchboard").info(
@@ -94,7 +91,11 @@ def serve(as_json: bool) -> None:
             app,
             host=settings.host,
             port=settings.port,
-            print=None,
+            # aiohttp "prints" once its sockets listen: only then is it true to say so (a port
+            # already taken ends in the one line below instead).
+            print=lambda _banner: logging.getLogger("switchboard").info(
+                "serving on http://%s:%s (database: %s)", settings.host, settings.port, services.db.dialect
+            ),
             access_log_class=RedactingAccessLogger,
             handle_signals=True,
             shutdown_timeout=10,
