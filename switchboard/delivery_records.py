@@ -186,7 +186,11 @@ class DeliveryRecorder:
         try:
             async with self.services.db.write() as s:
                 ids = {str(r["webhook_id"]) for r in rows}
-                live = set((await s.scalars(select(Webhook.id).where(Webhook.id.in_(ids)))).all())
+                # Held until the insert (``FOR KEY SHARE`` on PostgreSQL; SQLite's writes are serial
+                # already): a webhook deleted in between would fail the insert's foreign key, and
+                # with it every other webhook's rows.
+                alive = select(Webhook.id).where(Webhook.id.in_(ids)).with_for_update(key_share=True)
+                live = set((await s.scalars(alive)).all())
                 rows = [r for r in rows if r["webhook_id"] in live]
                 # Ids minted as the rows are written, not when they were noted (up to a second
                 # before; a minute's count, up to a minute): the log pages by id, and a row landing
