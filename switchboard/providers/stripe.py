@@ -60,7 +60,7 @@ def verify(delivery: Delivery) -> Verdict:
         detail="v1 signature ok",
         payload=payload,
         event=one_line(event_type, 100),
-        delivery_key=one_line(event_id, 200) if isinstance(event_id, str) and event_id else None,
+        delivery_key=event_id if isinstance(event_id, str) and event_id else None,
         title=one_line(f"Stripe {event_type}" + (f" ({event_id})" if isinstance(event_id, str) else ""), 200),
     )
 

@@ -108,7 +108,7 @@ def verify(delivery: Delivery) -> Verdict:
         detail="v0 signature ok",
         payload=payload,
         event=one_line(name, 100),
-        delivery_key=one_line(event_id, 200) if isinstance(event_id, str) and event_id else None,
+        delivery_key=event_id if isinstance(event_id, str) and event_id else None,
         secondary_key=_message_key(payload),
         title=_title(kind, event),
         ignore=kind != "event_callback" or _housekeeping(event_type, subtype),
