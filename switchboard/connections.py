@@ -41,6 +41,9 @@ SECRET_LIMIT = 4096
 TARGETS_LIMIT = 100
 TARGET_RE = re.compile(r"[A-Za-z0-9._/*?\[\]!-]{1,200}")
 CONFIG_LIMIT = 8192
+# Deeper config is refused before it is encoded: the column's encoder (orjson, then the standard
+# library) recurses, and a config nested as deep as the request parser takes ran it out of stack.
+CONFIG_DEPTH = 64
 
 
 class _Unset(enum.Enum):
@@ -168,6 +171,8 @@ def _config(config: object) -> dict[str, Any]:
         return {}
     if not isinstance(config, Mapping):
         raise invalid("config must be an object")
+    if _depth(config) > CONFIG_DEPTH:
+        raise invalid(f"config must be nested at most {CONFIG_DEPTH} levels deep")
     try:
         encoded = json.dumps(dict(config))
     except (TypeError, ValueError):
@@ -176,6 +181,21 @@ def _config(config: object) -> dict[str, Any]:
         raise invalid(f"config must be at most {CONFIG_LIMIT} bytes of JSON")
     plain: dict[str, Any] = json.loads(encoded)
     return plain
+
+
+def _depth(value: object) -> int:
+    """How deep objects and arrays nest in ``value`` (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            deepest = max(deepest, level)
+            if deepest > CONFIG_DEPTH:
+                break
+            stack.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, Mapping) else item)
+            )
+    return deepest
 
 
 def _require_key(services: Services) -> None:
@@ -386,7 +406,10 @@ async def test_connection(services: Services, owner: Owner | None, connection_id
                 secret=secret,
                 settings=services.providers.settings_of(row.kind, services.settings),
             )
-            result = await ck.test(check)
+            # A test shares the pool with every tenant's replies: it takes one of its owner's
+            # in-flight slots as a reply does, so a flood of tests cannot starve other tenants.
+            async with http.slot(Owner.of(row).id):
+                result = await ck.test(check)
     except outbound.OutboundRefused as exc:
         result = CheckResult(ok=False, error_class="network", detail=str(exc))
     except outbound.OutboundError:

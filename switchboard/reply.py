@@ -54,6 +54,7 @@ BUCKET_REFILL_PER_SECOND = statements.BUCKET_REFILL_PER_SECOND
 MAX_RETRIES = 2
 RETRY_AFTER_CAP = 10.0
 DEFAULT_BLOCK_SECONDS = 30.0
+BLOCK_CAP_SECONDS = 24 * 3600.0
 PENDING_TIMEOUT = timedelta(seconds=60)
 # All attempts of one reply finish well inside the pending timeout, so the sweeper never marks a
 # reply whose dial is still running.
@@ -250,7 +251,11 @@ async def _post_once(services: Services, post: ReplyPost) -> PostResult:
 
 
 async def _block(services: Services, connection_id: str, seconds: float | None) -> None:
-    until = utcnow() + timedelta(seconds=seconds if seconds is not None else DEFAULT_BLOCK_SECONDS)
+    if seconds is None or math.isnan(seconds):
+        seconds = DEFAULT_BLOCK_SECONDS
+    # Bounded like a Retry-After: a far-off wait (GitHub's x-ratelimit-reset in milliseconds from a
+    # proxy, a plugin's inf) would overflow the date, failing the reply with its row left pending.
+    until = utcnow() + timedelta(seconds=min(max(seconds, 0.0), BLOCK_CAP_SECONDS))
     async with services.db.write() as s:
         await s.execute(
             update(Connection)

@@ -232,6 +232,9 @@ ERROR_CLASSES = {
     "rate_limited": {"ratelimited", "rate_limited"},
     "server": {"internal_error", "fatal_error", "service_unavailable", "request_timeout"},
 }
+# Slack's own words for these: "it's possible some aspect of the operation succeeded before the
+# error was raised". The message may be in the thread, so the reply is unknown, never failed.
+MAY_HAVE_POSTED = frozenset({"internal_error", "fatal_error"})
 
 
 def _api(settings: Mapping[str, str]) -> str:
@@ -310,7 +313,7 @@ async def post(reply: ReplyPost) -> PostResult:
     if answer.get("ok") is not True:
         error_class, code = _slack_error(answer)
         return PostResult(
-            state="failed",
+            state="unknown" if code in MAY_HAVE_POSTED else "failed",
             error_class=error_class,
             error_code=code,
             retry_after=retry_after_seconds(resp.headers) if error_class == "rate_limited" else None,

@@ -71,6 +71,7 @@ async def test_posts_into_the_thread_with_the_marker(http: HttpClient, fake: Fak
         ("not_in_channel", "forbidden"),
         ("msg_too_long", "invalid"),
         ("internal_error", "server"),
+        ("service_unavailable", "server"),
         ("<script>", "invalid"),
     ],
 )
@@ -79,7 +80,9 @@ async def test_ok_false_is_a_failure(
 ) -> None:
     fake.script("POST", "/api/chat.postMessage", Scripted(200, {"ok": False, "error": error}))
     result = await slack.post(post_of(http, fake))
-    assert (result.state, result.error_class) == ("failed", error_class)
+    # Slack says internal_error may have left part of the call done: the post may exist.
+    state = "unknown" if error == "internal_error" else "failed"
+    assert (result.state, result.error_class) == (state, error_class)
     assert result.error_code == (error if error.isidentifier() else "unknown_error")
 
 
