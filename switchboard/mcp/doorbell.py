@@ -85,12 +85,16 @@ you never pass an address or a credential."""
 
 _CHANNEL_TAG = re.compile(r"<\s*/\s*channel\s*>?", re.IGNORECASE)
 _LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]+")
+# The other control characters (C0, DEL, C1): ingest cleans a sender's title of them, but an
+# operator's todo (``todo push``, the API) keeps them, and an ESC or BEL in a doorbell reaches the
+# agent's session and the terminal showing it.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def neutralise(value: Any, limit: int = 300) -> str:
     """Sender-controlled text made safe for a channel tag: no closing ``</channel>`` (any case,
-    any spacing) and no line breaks; bounded in length."""
-    flat = _LINE_BREAKS.sub(" ", str(value))
+    any spacing), no line breaks and no other control characters; bounded in length."""
+    flat = _CONTROLS.sub(" ", _LINE_BREAKS.sub(" ", str(value)))
     # The replacement has no "<", so it cannot combine with its neighbours into a new tag.
     flat = _CHANNEL_TAG.sub("[/channel]", flat)
     return flat[:limit]

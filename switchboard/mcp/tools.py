@@ -419,9 +419,10 @@ def tool_result(result: dict[str, Any], text: str | None = None) -> types.CallTo
 
 def _writable(result: dict[str, Any]) -> types.CallToolResult | None:
     try:
-        text = json.dumps(result, ensure_ascii=False)
+        # No NaN or Infinity: a bare token in the text is not JSON (``wire.writable``).
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        # Not plain JSON (or very deep): the general check below decides.
+        # Not plain JSON (or very deep, or not finite): the general check below decides.
         text = None
     if text is not None and wire.plainly_writable(text):
         return tool_result(result, text)

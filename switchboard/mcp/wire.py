@@ -9,6 +9,7 @@ checks cover what was stored before that, or by other paths, and an agent's own 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mcp_types as types
@@ -24,9 +25,12 @@ _DATA_KEYS = ("payload", "result")
 
 def writable(answer: types.CallToolResult) -> bool:
     """Whether the SDK can write ``answer`` (serialised as it will be: this fails exactly when the
-    SDK's own dump, or its JSON encoding of that dump, would)."""
+    SDK's own dump, or its JSON encoding of that dump, would) and what it writes is ``answer``: a
+    NaN or Infinity (a todo stored before ingest kept those as text) the SDK writes as ``null``,
+    silently, so such an answer is not writable either and its data goes as text."""
     try:
         answer.model_dump_json(by_alias=True, exclude_none=True)
+        json.dumps(answer.structured_content, allow_nan=False, default=str)
     except (PydanticSerializationError, RecursionError, ValueError):
         return False
     return True

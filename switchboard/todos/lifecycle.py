@@ -50,6 +50,8 @@ ERROR_MAX_CHARS = 4000
 SWEEP_BATCH = 200
 # claim_next's ``max``: at most this many todos per call.
 CLAIM_MAX = 50
+# ``complete`` runs again while the caller still holds a todo that changed under its write.
+COMPLETE_ROUNDS = 5
 
 
 def retry_delay(attempt: int) -> int:
@@ -359,26 +361,35 @@ async def complete(
     token = _check_token(lease_token)
     if result is not None and len(json.dumps(result, default=str)) > RESULT_MAX_BYTES:
         raise invalid("result is larger than 1 MiB")
-    now = utcnow()
-    done = await complete_row(
-        db,
-        todo_id=todo_id,
-        endpoint_id=endpoint.id,
-        token_hash=token_hash(token) if token is not None else None,
-        now=now,
-        result=result,
-        summary=summary,
-    )
-    if done is None:
-        raise await _refusal(db, endpoint, todo_id, token, now)
-    row, replies = done
-    return todo_row(row, replies)
+    # A statement that saw the todo change while it ran writes nothing (``complete_row``); the
+    # caller may still hold it, the change a heartbeat of its own claim (its loop beside the work,
+    # a parallel call). While the caller holds it, the complete runs again, a few rounds at most.
+    for _ in range(COMPLETE_ROUNDS):
+        now = utcnow()
+        done = await complete_row(
+            db,
+            todo_id=todo_id,
+            endpoint_id=endpoint.id,
+            token_hash=token_hash(token) if token is not None else None,
+            now=now,
+            result=result,
+            summary=summary,
+        )
+        if done is not None:
+            row, replies = done
+            return todo_row(row, replies)
+        refusal = await _refusal(db, endpoint, todo_id, token, now)
+        if refusal is not None:
+            raise refusal
+    # Held at every look, changed under every write: this caller's claim cannot be told apart.
+    raise conflict(f"todo {todo_id} changed while this call ran: the lease was lost")
 
 
 async def _refusal(
     db: Database, endpoint: Endpoint, todo_id: str, token: str | None, now: datetime
-) -> SwitchboardError:
-    """Why a verb that wrote nothing refused: the same error ``_held`` gives under the row lock."""
+) -> SwitchboardError | None:
+    """Why a verb that wrote nothing refused: the same error ``_held`` gives under the row lock;
+    None when the caller holds the todo now (it changed while the write ran)."""
     async with db.read() as s:
         todo = await s.scalar(
             select(Todo).where(Todo.id == todo_id, Todo.endpoint_id == endpoint.id, not_held())
@@ -389,9 +400,7 @@ async def _refusal(
         _held(todo, token, now)
     except SwitchboardError as exc:
         return exc
-    # Held now, but not when the write ran: the todo changed hands in between (its lease expired,
-    # it was re-pended and claimed again), so this caller's claim is gone.
-    return conflict(f"todo {todo_id} changed while this call ran: the lease was lost")
+    return None
 
 
 async def fail(
