@@ -123,10 +123,12 @@ def plugin_group() -> None:
 def plugin_new(name: str, directory: Path | None, as_json: bool) -> None:
     """Write a provider package for kind NAME (lower-case letters, digits and _) to start from: it
     installs, is listed by `switchboard plugins`, and its tests pass as generated."""
-    if not KIND_NAME_RE.fullmatch(name):
+    # A kind may end in `_`, but its package name (switchboard-NAME, `_` as `-`) would then end in
+    # `-`, which is no valid project name: `pip install -e` refuses the package.
+    if not KIND_NAME_RE.fullmatch(name) or name.endswith("_"):
         fail(
             "invalid_argument: NAME (the kind) must be 1-40 lower-case letters, digits and _,"
-            " starting with a letter"
+            " starting with a letter and not ending with _"
         )
     taken = load_providers()
     if name in taken.sources or name in taken.connections:

@@ -71,8 +71,10 @@ async def _check_migrated(db: Database) -> None:
         ) from None
     except DBAPIError as exc:
         raise SwitchboardError("unavailable", f"cannot connect to the database ({_reason(exc)})") from None
-    except TypeError as exc:
-        # A URL query argument the driver does not take (libpq's `?sslmode=`; asyncpg's is `?ssl=`).
+    except (TypeError, ValueError, OverflowError) as exc:
+        # A URL query argument the driver does not take (libpq's `?sslmode=`; asyncpg's is `?ssl=`),
+        # or a value it refuses: `?command_timeout=abc` (ValueError), a port past 65535
+        # (OverflowError from the socket). The messages name the option or the port, not the URL.
         raise SwitchboardError(
             "unavailable", f"cannot connect to the database (SWITCHBOARD_DATABASE_URL: {exc})"
         ) from None
@@ -103,7 +105,15 @@ async def _open(settings: Settings, *, warn_plaintext: bool) -> AsyncIterator[Se
     """Services on the configured database. ``warn_plaintext``: the command stores a webhook signing
     secret, so say (once, on stderr) when it will be stored in plaintext for want of a key."""
     _check_database_exists(settings)
-    services = _build_services(settings)
+    try:
+        services = _build_services(settings)
+    except (TypeError, ValueError) as exc:
+        # Creating the engine converts the URL's query options (`?timeout=abc`,
+        # `?prepared_statement_cache_size=abc`): a value that is not a number raised out of here, a
+        # traceback. The message names the value, not the URL.
+        raise SwitchboardError(
+            "unavailable", f"cannot open the database (SWITCHBOARD_DATABASE_URL: {exc})"
+        ) from None
     try:
         await _check_migrated(services.db)
         if warn_plaintext and not services.vault.has_key:
@@ -141,9 +151,20 @@ def do(fn: Callable[[Services], Awaitable[T]], *, warn_plaintext: bool = False) 
                     "internal", f"unexpected {type(exc).__name__}; rerun with SWITCHBOARD_LOG_LEVEL=DEBUG"
                 ) from None
 
+    own = logging.getLogger("switchboard")
     if settings.log_level == "DEBUG":
         # Our own loggers only: the driver's would print SQL.
-        own = logging.getLogger("switchboard")
         own.addHandler(logging.StreamHandler())
         own.setLevel(logging.DEBUG)
-    return run(go())
+        return run(go())
+    # Otherwise stderr is the command's own (one `error:` line on a refusal): with no handler
+    # anywhere, a warning the core logs meanwhile (the rule sandbox killing a worker) went to
+    # Python's last-resort handler, an unprefixed line above the error or under the answer (the
+    # answer says the fault itself; SWITCHBOARD_LOG_LEVEL=DEBUG shows the log). Removed afterwards:
+    # a handler on our logger would take a server in the same process off its lean logging path.
+    quiet = logging.NullHandler()
+    own.addHandler(quiet)
+    try:
+        return run(go())
+    finally:
+        own.removeHandler(quiet)
