@@ -41,7 +41,9 @@ from switchboard.paging import Page, check_page, stamp
 from switchboard.provider import Delivery
 from switchboard.sanitize import clean_line
 from switchboard.services import Services
+from switchboard.tenancy import Owner
 from switchboard.todos import rfc3339
+from switchboard.todos.queries import visible
 
 DISPOSITIONS = (
     "routed",
@@ -99,14 +101,19 @@ def _record_row(record: DeliveryRecord) -> dict[str, Any]:
     }
 
 
-async def _todos_of(s: Any, event_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+async def _todos_of(
+    s: Any, event_ids: list[str], scopes: list[Owner] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """The todos each event minted, those of endpoints in ``scopes`` only (None: all, for the
+    instance operator): a todo a route minted in another scope's endpoint is that scope's, and its
+    state is its agents' work, not the webhook side's to watch."""
     out: dict[str, list[dict[str, Any]]] = {e: [] for e in event_ids}
     if not event_ids:
         return out
     rows = await s.execute(
         select(Todo.id, Todo.event_id, Todo.queue, Todo.state, Endpoint.slug)
         .join(Endpoint, Endpoint.id == Todo.endpoint_id)
-        .where(Todo.event_id.in_(event_ids))
+        .where(Todo.event_id.in_(event_ids), visible(scopes))
         .order_by(Todo.id)
     )
     for r in rows:
@@ -115,9 +122,16 @@ async def _todos_of(s: Any, event_ids: list[str]) -> dict[str, list[dict[str, An
 
 
 async def list_deliveries(
-    db: Database, webhook_id: str, *, before: Any = None, after: Any = None, limit: Any = 50
+    db: Database,
+    webhook_id: str,
+    *,
+    before: Any = None,
+    after: Any = None,
+    limit: Any = 50,
+    scopes: list[Owner] | None = None,
 ) -> Page[dict[str, Any]]:
-    """One page of the webhook's delivery log, newest first (both tables merged by id)."""
+    """One page of the webhook's delivery log, newest first (both tables merged by id); each
+    delivery's todos in the reader's ``scopes`` (None: every scope)."""
     before, after, limit = check_page(before, after, limit)
     tables: tuple[tuple[Any, str], ...] = ((Event, "ev_"), (DeliveryRecord, "dr_"))
     found: list[Any] = []
@@ -139,7 +153,7 @@ async def list_deliveries(
         # Rows on the other side of the cursor exist when a cursor was given (it came from one).
         newer = more if after is not None else (before is not None and await _any(s, webhook_id, ">", before))
         older = more if after is None else await _any(s, webhook_id, "<", after)
-        todos = await _todos_of(s, [r.id for r in shown if isinstance(r, Event)])
+        todos = await _todos_of(s, [r.id for r in shown if isinstance(r, Event)], scopes)
     rows = [_event_row(r, todos[r.id]) if isinstance(r, Event) else _record_row(r) for r in shown]
     return Page(
         rows,
@@ -158,9 +172,12 @@ async def _any(s: Any, webhook_id: str, op: str, cursor: str) -> bool:
     return False
 
 
-async def delivery_detail(db: Database, webhook_id: str, delivery_id: str) -> dict[str, Any]:
+async def delivery_detail(
+    db: Database, webhook_id: str, delivery_id: str, *, scopes: list[Owner] | None = None
+) -> dict[str, Any]:
     """One delivery of the webhook: its row, and for a stored one its redacted headers and body
-    (base64; the UI serves it as a download, never as a page)."""
+    (base64; the UI serves it as a download, never as a page); its todos in the reader's
+    ``scopes`` (None: every scope)."""
     async with db.read() as s:
         if delivery_id.startswith("dr_"):
             record = await s.get(DeliveryRecord, delivery_id)
@@ -176,7 +193,7 @@ async def delivery_detail(db: Database, webhook_id: str, delivery_id: str) -> di
         event = await s.get(Event, delivery_id)
         if event is None or event.webhook_id != webhook_id:
             raise not_found(f"delivery {delivery_id!r}")
-        todos = await _todos_of(s, [event.id])
+        todos = await _todos_of(s, [event.id], scopes)
         redeliveries = list(
             (
                 await s.scalars(select(Event.id).where(Event.redelivery_of == event.id).order_by(Event.id))

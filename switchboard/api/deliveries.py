@@ -43,6 +43,7 @@ async def list_deliveries(req: Request) -> tuple[int, dict[str, Any]]:
         before=req.query.get("before"),
         after=req.query.get("after"),
         limit=req.query.get("limit", LIMIT_DEFAULT),
+        scopes=req.caller.scopes,
     )
     return 200, page.answer("deliveries", page.rows)
 
@@ -50,7 +51,9 @@ async def list_deliveries(req: Request) -> tuple[int, dict[str, Any]]:
 async def get_delivery(req: Request) -> tuple[int, dict[str, Any]]:
     webhook = await _visible(req)
     return 200, {
-        "delivery": await deliveries.delivery_detail(req.services.db, webhook.id, req.path["event_id"])
+        "delivery": await deliveries.delivery_detail(
+            req.services.db, webhook.id, req.path["event_id"], scopes=req.caller.scopes
+        )
     }
 
 

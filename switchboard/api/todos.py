@@ -71,23 +71,29 @@ async def list_todos(req: Request) -> tuple[int, dict[str, Any]]:
 
 async def show_todo(req: Request) -> tuple[int, dict[str, Any]]:
     todo = await show_in_scopes(req.services.db, req.path["id"], scopes=req.caller.scopes)
-    return 200, {"todo": {**todo, **await _intake_view(req, todo["id"])}}
+    return 200, {"todo": {**todo, **await _intake_view(req, todo["id"], todo["delivery"] is not None)}}
 
 
-async def _intake_view(req: Request, todo_id: str) -> dict[str, Any]:
+async def _intake_view(req: Request, todo_id: str, webhook_shown: bool) -> dict[str, Any]:
     """How intake decided the todo (its routing trace; null for one made before intake, or pushed)
-    and, for one that was held, why and until when (docs/routing.md)."""
+    and, for one that was held, why and until when (docs/routing.md). ``webhook_shown``: the caller
+    can see the webhook whose delivery made it (``show_in_scopes`` named it)."""
     async with req.services.db.read() as s:
         found = (
             await s.execute(
-                select(Todo.routing, Todo.hold_reason, Todo.hold_detail, Todo.hold_expires_at).where(
-                    Todo.id == todo_id
-                )
+                select(
+                    Todo.routing, Todo.hold_reason, Todo.hold_detail, Todo.hold_expires_at, Todo.event_id
+                ).where(Todo.id == todo_id)
             )
         ).first()
     if found is None:  # deleted between the two reads
         raise not_found(f"todo {todo_id!r}")
-    routing, reason, detail, expires_at = found
+    routing, reason, detail, expires_at, event_id = found
+    if event_id is not None and not webhook_shown:
+        # The trace is the webhook's side: its rules' ids and names, the endpoints they name, who
+        # released it. A todo a route minted in another scope is the reader's, the webhook is not
+        # (docs/api.md, "Scopes and roles"); a webhook deleted since cannot say whose it was.
+        routing = None
     detail = detail if isinstance(detail, dict) else {}
     hold = None
     if reason is not None:

@@ -57,6 +57,15 @@ BOARD_COLUMNS = ("Todo", "Endpoint / queue", "Source", "State", "Attempts", "Rep
 # The query parameters of a board page: its filters, its page, and nothing else.
 FILTER_PARAMS = ("state", "endpoint", "queue", "source", "kind", "q", "place", "from", "to")
 BOARD_PARAMS = (*FILTER_PARAMS, "limit", "before", "after")
+# The free-text and list filters: (query parameter, ``TodoFilter`` field).
+TEXT_FILTERS = (
+    ("endpoint", "endpoint"),
+    ("queue", "queue"),
+    ("source", "source"),
+    ("kind", "kind"),
+    ("q", "search"),
+    ("place", "place"),
+)
 BACK_MAX = 2000
 # A dry run names no one: it writes no history.
 PREVIEW = todo_ops.Actor("preview")
@@ -156,15 +165,17 @@ def board_filters(query: Mapping[str, str]) -> tuple[TodoFilter, dict[str, str],
     except ValueError:
         error = f"limit must be a number from 1 to {BOARD_LIMIT_MAX}."
         kept.pop("limit")
-    values: dict[str, Any] = {
-        "state": kept.get("state"),
-        "endpoint": kept.get("endpoint"),
-        "queue": kept.get("queue"),
-        "source": kept.get("source"),
-        "kind": kept.get("kind"),
-        "search": kept.get("q"),
-        "place": kept.get("place"),
-    }
+    values: dict[str, Any] = {"state": kept.get("state")}
+    for param, name in TEXT_FILTERS:
+        values[name] = kept.get(param)
+        try:
+            TodoFilter.of(**{name: values[name]})
+        except SwitchboardError as exc:
+            # Too long a search (or similar) is dropped alone, like a bad date: the other filters
+            # the person chose still apply and stay in the form.
+            error = error or exc.message
+            kept.pop(param)
+            values[name] = None
     for name, end in (("from", False), ("to", True)):
         try:
             values["until" if end else "since"] = _date(kept.get(name, ""), name, end=end)

@@ -130,6 +130,7 @@ async def log_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         before=request.query.get("before"),
         after=request.query.get("after"),
         limit=PAGE_SIZE,
+        scopes=[scope.owner for scope in viewer.scopes],
     )
     links = []
     if found.next_after:
@@ -191,7 +192,10 @@ async def _routing(request: web.Request, webhook: Webhook, event_id: str) -> Any
 async def detail_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     webhook, endpoint = await _webhook(request, viewer)
     d = await deliveries.delivery_detail(
-        services_of(request).db, webhook.id, request.match_info["delivery_id"]
+        services_of(request).db,
+        webhook.id,
+        request.match_info["delivery_id"],
+        scopes=[scope.owner for scope in viewer.scopes],
     )
     base = _base(webhook)
     pairs: list[tuple[str, object]] = [
@@ -278,6 +282,9 @@ async def raw_body(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 async def redeliver_confirm(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     webhook, _ = await _webhook(request, viewer, manage=True)
     event_id = request.match_info["delivery_id"]
+    # Only a stored delivery of this webhook: any other id (another scope's, or none at all) is a
+    # 404 like its detail page, not a question with a "Yes" button that can only fail.
+    await deliveries.stored_body(services_of(request).db, webhook.id, event_id)
     base = f"{_base(webhook)}/{path_part(event_id)}"
     return confirm_page(
         viewer,

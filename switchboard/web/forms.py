@@ -48,6 +48,9 @@ async def read_form(request: web.Request) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
         if isinstance(value, str) and key not in out:
+            # The name first: the refusals below name the field, and a page cannot carry a lone
+            # surrogate (a utf-7 form's "+2AA-=…" made the error page itself fail with a 500).
+            check_text(key, "a field name")
             limit = LONG_FIELDS.get(key, FIELD_MAX)
             if len(value) > limit:
                 raise invalid(f"field {key!r} is longer than {limit} characters")

@@ -161,7 +161,9 @@ async def _scopes(s: AsyncSession, human: Human) -> list[Scope]:
 async def load_viewer(request: web.Request) -> Viewer | None:
     services = services_of(request)
     raw = request.cookies.get(session_cookie_name(services))
-    if not raw or len(raw) > 200:
+    # Our cookies are ASCII; one with other bytes (another program on this host: cookies are not
+    # kept apart by port) is no session, not a 500 from hashing a lone surrogate.
+    if not raw or len(raw) > 200 or not raw.isascii():
         return None
     async with services.db.read() as s:
         row = (
@@ -360,7 +362,11 @@ async def login(request: web.Request) -> web.StreamResponse:
         return _login_response(request, error=exc.message, status=exc.http_status)
     next_ = safe_next(form.get("next"))
     expected = request.cookies.get(LOGIN_COOKIE, "")
-    if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+    if (
+        not expected
+        or not expected.isascii()
+        or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode())
+    ):
         return _login_response(
             request,
             error="The login form expired or was not sent from this page. Try again.",

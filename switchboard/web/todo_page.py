@@ -270,6 +270,16 @@ def result_section(todo: Todo) -> Safe:
     return h('{note}<pre class="result">{result}</pre>', note=note, result=shown)
 
 
+def _routing(todo: Todo, webhook_id: str | None) -> Safe:
+    """The routing trace, for a viewer who can see the webhook whose delivery made the todo: the
+    trace is that webhook's side (its rules' ids and names, the endpoints they name, who released
+    it), and a todo a route minted in another scope is the viewer's, the webhook is not
+    (docs/api.md, "Scopes and roles"). A webhook deleted since cannot say whose it was."""
+    if todo.event_id is not None and webhook_id is None:
+        return muted("Not shown: it was decided by a webhook you cannot see, or one deleted since.")
+    return trace_card(todo.routing)
+
+
 async def render(
     request: web.Request, viewer: Viewer, *, error: str | None = None, status: int = 200
 ) -> web.Response:
@@ -328,7 +338,7 @@ async def render(
         actions=actions_bar(viewer, todo, endpoint, back),
         facts=kv(facts),
         hold=hold_section(todo, endpoint, webhook_id),
-        routing=trace_card(todo.routing),
+        routing=_routing(todo, webhook_id),
         result=result_section(todo),
         address=address_card(services, todo),
         replies=replies_table(replies),

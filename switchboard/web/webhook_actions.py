@@ -11,16 +11,17 @@ rest back to the list with a notice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from switchboard import tenancy, webhook_ops
-from switchboard.errors import invalid
+from switchboard.errors import SwitchboardError, invalid
 from switchboard.models import Endpoint, Webhook
 from switchboard.services import services_of
 from switchboard.tenancy import Owner
 from switchboard.web.confirm import confirm_page
-from switchboard.web.forms import ask_first, changes, shows_refusals
+from switchboard.web.forms import ask_first, changes, see_other, shows_refusals
 from switchboard.web.html import Safe, card_form, h, hidden, mono, page, path_part, secret_field, when
 from switchboard.web.session import Viewer
 from switchboard.web.webhooks import name_fields, reveal_webhook, webhooks_page
@@ -182,12 +183,19 @@ async def webhook_expire_previous(
 # Name, description, pause
 
 
-async def edit_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    webhook, endpoint = await managed_webhook(request, viewer)
+def _edit_form(
+    viewer: Viewer,
+    webhook: Webhook,
+    endpoint: Endpoint,
+    values: Mapping[str, str],
+    *,
+    error: str | None = None,
+    status: int = 200,
+) -> web.Response:
     form = card_form(
         viewer,
         f"/ui/webhooks/{path_part(webhook.id)}/edit",
-        name_fields({"name": webhook.name or "", "description": webhook.description or ""}),
+        name_fields(values),
         "Save",
         after=Safe('<p><a href="/ui/webhooks">Back to webhooks</a></p>'),
     )
@@ -199,18 +207,33 @@ async def edit_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         queue=webhook.queue,
         form=form,
     )
-    return page("Edit webhook", body, viewer, active="webhooks")
+    return page("Edit webhook", body, viewer, active="webhooks", status=status, error=error)
 
 
-@webhook_change
-async def webhook_edit(request: web.Request, viewer: Viewer, found: tuple[Webhook, Endpoint]) -> str:
-    await webhook_ops.update_webhook(
-        services_of(request).db,
-        found[0].id,
-        name=viewer.form.get("name", ""),
-        description=viewer.form.get("description", ""),
+async def edit_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    webhook, endpoint = await managed_webhook(request, viewer)
+    return _edit_form(
+        viewer, webhook, endpoint, {"name": webhook.name or "", "description": webhook.description or ""}
     )
-    return "webhook_saved"
+
+
+@shows_refusals(webhooks_page)
+async def webhook_edit(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    webhook, endpoint = await managed_webhook(request, viewer)
+    try:
+        await webhook_ops.update_webhook(
+            services_of(request).db,
+            webhook.id,
+            name=viewer.form.get("name", ""),
+            description=viewer.form.get("description", ""),
+        )
+    except SwitchboardError as exc:
+        if exc.code == "not_found":
+            raise
+        # A refused name or description (too long, not one line of printable text): the edit page
+        # again with what was typed, rather than the webhooks list with both fields lost.
+        return _edit_form(viewer, webhook, endpoint, viewer.form, error=exc.message, status=exc.http_status)
+    raise see_other("/ui/webhooks", "webhook_saved")
 
 
 @webhook_change
