@@ -253,7 +253,11 @@ async def _route(
         envelope = envelope_bytes(config, delivery, verdict, verified, address, actor, encoded)
         params = json.dumps(routing.get("params") or {}, separators=(",", ":")).encode()
         match = await services.sandbox.first_match(
-            [(str(rule["id"]), str(rule["expr"])) for rule in rules], envelope, params
+            [(str(rule["id"]), str(rule["expr"])) for rule in rules],
+            envelope,
+            params,
+            # The webhook's owner scope: one tenant's rules never take the whole pool.
+            tenant=config.owner.owner_human_id or config.owner.owner_team_id,
         )
         if match.fault is not None:
             # The sandbox's words name the rule ("rule r1 exceeded its time limit of 200 ms").

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -148,6 +148,16 @@ class Sandbox:
         self._procs: set[asyncio.subprocess.Process] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Per tenant (an owner scope): its deliveries holding or waiting for a worker, bounded by a
+        # share of the pool (``share``), and how many calls use the entry (it goes at 0).
+        self._shares: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @property
+    def share(self) -> int:
+        """How many workers one tenant's deliveries may hold or wait for at once: all but one, so
+        that one tenant's burst of slow rules leaves a worker to everyone else's deliveries (whose
+        budget would otherwise run out in the queue behind it: quarantined as rule faults)."""
+        return max(1, self.workers - 1)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Sandbox:
@@ -157,10 +167,13 @@ class Sandbox:
             budget=settings.rule_budget_ms / 1000,
         )
 
-    async def first_match(self, rules: Sequence[tuple[str, str]], envelope: bytes, params: bytes) -> Match:
+    async def first_match(
+        self, rules: Sequence[tuple[str, str]], envelope: bytes, params: bytes, *, tenant: str | None = None
+    ) -> Match:
         """The first of ``rules`` ((id, jq expression), in order) whose expression's first output
         on ``envelope`` (JSON) is neither false nor null, with ``$params`` bound to ``params``
-        (a JSON object). No output is no match; a jq error, a timeout or a dead worker is a fault."""
+        (a JSON object). No output is no match; a jq error, a timeout or a dead worker is a fault.
+        ``tenant`` (the webhook's owner scope) takes at most ``share`` of the workers at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.budget
         if not rules:
@@ -177,14 +190,17 @@ class Sandbox:
             return bad or Match()
         header = _match_header(tuple(expr for _, expr in rules[:count]), len(envelope), len(params))
         ids = [rule_id for rule_id, _ in rules]
-        worker = await self._acquire(deadline)
-        if isinstance(worker, Match):
-            return worker
-        healthy = False
-        try:
-            match, healthy = await self._match(worker, (header, envelope, params), ids, count, deadline)
-        finally:
-            self._release(worker, healthy)
+        async with self._tenant_share(tenant, deadline) as refused:
+            if refused is not None:
+                return refused
+            worker = await self._acquire(deadline)
+            if isinstance(worker, Match):
+                return worker
+            healthy = False
+            try:
+                match, healthy = await self._match(worker, (header, envelope, params), ids, count, deadline)
+            finally:
+                self._release(worker, healthy)
         if match is None:
             return bad or Match()
         return match
@@ -323,6 +339,30 @@ class Sandbox:
             for _ in range(self.workers):
                 self._idle.put_nowait(None)
         return self._idle
+
+    @contextlib.asynccontextmanager
+    async def _tenant_share(self, tenant: str | None, deadline: float) -> AsyncIterator[Match | None]:
+        """A place in ``tenant``'s share of the pool (see ``share``) for one delivery's rules, or
+        the fault that says none came free within its budget (None: no tenant, no share)."""
+        if tenant is None:
+            yield None
+            return
+        gate, users = self._shares.setdefault(tenant, (asyncio.Semaphore(self.share), [0]))
+        users[0] += 1
+        held = False
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await gate.acquire()
+                held = True
+            budget = f"no rule sandbox worker came free within the budget of {_ms(self.budget)}"
+            yield None if held else Match(fault=budget)
+        finally:
+            if held:
+                gate.release()
+            users[0] -= 1
+            if not users[0]:
+                self._shares.pop(tenant, None)
 
     async def _acquire(self, deadline: float) -> _Worker | Match:
         """A worker for one job, started if need be, or the fault that says why there is none."""
