@@ -267,7 +267,11 @@ async def test_the_operator_lists_routes_with_ids_and_removes_one_by_id(
     assert row["webhook_endpoint"] == "bob-bot" and row["endpoint"] == "ops-bot"
     text = await cli("webhook", "route", "list", "--endpoint", "ops-bot")
     assert world.route_id in text.stdout and "bob-bot -> ops-bot" in text.stdout
-    assert json.loads((await cli("webhook", "route", "list", "--webhook", "wh_x", "--json")).stdout) == {
+    # A filter naming no webhook is a typo, said so, not an empty list that reads as "no routes".
+    unknown = await cli("webhook", "route", "list", "--webhook", "wh_x", "--json")
+    assert unknown.exit_code == 1 and unknown.stderr.startswith("error: not_found: ")
+    # One that exists but has no routes is an empty list.
+    assert json.loads((await cli("webhook", "route", "list", "--endpoint", "bob-bot", "--json")).stdout) == {
         "routes": [],
         "next_before": None,
         "next_after": None,

@@ -90,6 +90,12 @@ def webhook_route_list(
     """List routes with their ids, oldest first (every scope: the operator sees both ends)."""
 
     async def go(services: Services) -> list[dict[str, Any]]:
+        # A filter names a thing: one that does not exist (a typo) is not_found, as in `webhook
+        # list --endpoint` and `quarantine list --webhook`, not an empty list that reads as "none".
+        if webhook_id is not None:
+            await tenancy.get_webhook(services.db, webhook_id)
+        if endpoint_slug is not None:
+            await tenancy.get_endpoint(services.db, endpoint_slug)
         rows = await routes.list_routes(services.db, webhook_id=webhook_id, endpoint_slug=endpoint_slug)
         return [routes.route_view(row, show_source=True) for row in rows]
 
