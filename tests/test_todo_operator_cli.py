@@ -95,6 +95,8 @@ async def test_requeue_release_cancel_by_id(cli: Cli, db: Database) -> None:
     await cli.refused("todo", "cancel", "td_00000000000000000000000000", code="not_found")
     await cli.refused("todo", "requeue", code="usage", exit_code=2)
     await cli.refused("todo", "requeue", dead, "--state", "dead", code="usage", exit_code=2)
+    # A bulk option with one todo is a mistake to say, not an option to drop silently.
+    await cli.refused("todo", "requeue", dead, "--limit", "5", code="usage", exit_code=2)
     await cli.refused("todo", "release", code="usage", exit_code=2)
 
 

@@ -265,20 +265,26 @@ def _one(action: str, verb: str, todo_id: str, as_json: bool) -> None:
 @click.option(
     "--limit",
     type=click.IntRange(1, todo_ops.BULK_LIMIT_MAX),
-    default=todo_ops.BULK_LIMIT_DEFAULT,
-    show_default=True,
-    help="Bulk: requeue at most this many.",
+    # No default here: a --limit given with TODO_ID is a mistake to say, not an option to ignore.
+    help=f"Bulk: requeue at most this many (default {todo_ops.BULK_LIMIT_DEFAULT}).",
 )
 @click.option("--dry-run", is_flag=True, help="Bulk: count what matches, change nothing.")
 @json_option
 def todo_requeue(
-    todo_id: str | None, state: str | None, limit: int, dry_run: bool, as_json: bool, **filters: str | None
+    todo_id: str | None,
+    state: str | None,
+    limit: int | None,
+    dry_run: bool,
+    as_json: bool,
+    **filters: str | None,
 ) -> None:
     """Put a failed todo or dead letter back on its queue with a fresh attempt budget: TODO_ID, or
     in bulk with --state dead|failed and filters (each todo gets its own history row)."""
-    bulk = state is not None or dry_run or any(v is not None for v in filters.values())
+    bulk = state is not None or dry_run or limit is not None or any(v is not None for v in filters.values())
     if todo_id is not None and bulk:
-        raise click.UsageError("give TODO_ID, or --state with filters for a bulk requeue, not both")
+        raise click.UsageError(
+            "give TODO_ID, or --state with filters (and --limit, --dry-run) for a bulk requeue, not both"
+        )
     if todo_id is not None:
         _one("requeue", "requeued", todo_id, as_json)
         return
@@ -291,7 +297,7 @@ def todo_requeue(
             todos.TodoFilter.of(state=state, **filters),
             scopes=None,
             actor=todo_ops.Actor.cli(),
-            limit=limit,
+            limit=todo_ops.BULK_LIMIT_DEFAULT if limit is None else limit,
             dry_run=dry_run,
         )
 
