@@ -153,8 +153,10 @@ async def _close_attempt(
 
 
 def _back_to_pending(todo: Todo, now: datetime) -> None:
-    """Pending again: new work for the doorbell, so its ring schedule starts over."""
+    """Pending again: new work for the doorbell, so its ring schedule starts over. Not finished
+    any more: a failure's ``finished_at`` (and the reply window it opened) ends with the retry."""
     todo.state = "pending"
+    todo.finished_at, todo.finished_by = None, None
     todo.lease_expires_at = None
     todo.lease_token_hash = None
     todo.next_retry_at = None
@@ -520,14 +522,25 @@ async def schedule_retries(db: Database, now: datetime | None = None) -> list[st
                     .with_for_update(skip_locked=True)
                 )
             ).all()
+            # Two failed todos about one ``once`` subject (ingest made the second while the first
+            # waited, and it failed too) both pass ``subject_free``: only the first due goes back,
+            # the other waits for it, or the index refuses the whole batch on every pass.
+            subjects: set[tuple[str, str, str]] = set()
+            moved: list[Todo] = []
             for todo in todos:
+                if todo.once_key is not None:
+                    subject = (todo.endpoint_id, todo.queue, todo.once_key)
+                    if subject in subjects:
+                        continue
+                    subjects.add(subject)
                 _back_to_pending(todo, now)
+                moved.append(todo)
     except IntegrityError:
         # An open todo about one of their subjects was made between the read and the commit
         # (PostgreSQL, another process's ingest): the next pass leaves that one out.
         log.info("retry scheduler: a subject's todo opened meanwhile; the batch waits for the next pass")
         return []
-    return [t.id for t in todos]
+    return [t.id for t in moved]
 
 
 async def lifecycle_pass(services: Services) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import utcnow
@@ -115,8 +115,10 @@ async def _close_open_attempt(s: AsyncSession, todo: Todo, now: datetime, outcom
 
 
 def _pending(todo: Todo, now: datetime) -> None:
-    """Back on the queue: no lease, no retry time, and a doorbell schedule that starts over."""
+    """Back on the queue: no lease, no retry time, and a doorbell schedule that starts over; not
+    finished (an earlier failure's ``finished_at`` does not outlive its retry)."""
     todo.state = "pending"
+    todo.finished_at, todo.finished_by = None, None
     todo.lease_expires_at = None
     todo.lease_token_hash = None
     todo.next_retry_at = None
@@ -273,6 +275,23 @@ async def cancel(
     return await _act(services, "cancel", todo_id, scopes=scopes, actor=actor, manage=manage)
 
 
+async def _takeable(s: AsyncSession, where: list[ColumnElement[bool]]) -> int:
+    """How many of the todos ``where`` matches a bulk requeue takes: every one without a ``once``
+    key, and one per ``once`` subject (the batches below requeue the oldest; the others then wait
+    while it is open), so the preview counts what the requeue does."""
+    joined = select(func.count()).select_from(Todo).join(Endpoint, Todo.endpoint_id == Endpoint.id)
+    plain = await s.scalar(joined.where(*where, Todo.once_key.is_(None)))
+    subjects = (
+        select(Todo.endpoint_id, Todo.queue, Todo.once_key)
+        .join(Endpoint, Todo.endpoint_id == Endpoint.id)
+        .where(*where, Todo.once_key.is_not(None))
+        .distinct()
+        .subquery()
+    )
+    once = await s.scalar(select(func.count()).select_from(subjects))
+    return int(plain or 0) + int(once or 0)
+
+
 def check_bulk(filters: TodoFilter, limit: Any) -> int:
     if filters.state not in BULK_STATES:
         raise invalid(f"a bulk requeue takes state {' or '.join(BULK_STATES)}")
@@ -293,8 +312,9 @@ async def requeue_matching(
     """Requeue every todo in ``scopes`` matching ``filters`` (its state ``dead`` or ``failed``), at
     most ``limit``, oldest first, each with its own history row; todos of revoked or expired
     endpoints are left alone. ``{"matched", "requeued", "todo_ids", "more", "dry_run"}``:
-    ``matched`` is how many matched before (a ``dry_run`` changes nothing), ``more`` whether any
-    still match after. Batches commit one by one: a failure part-way keeps what was done."""
+    ``matched`` is how many it takes, counted before (one per ``once`` subject; a ``dry_run``
+    changes nothing), ``more`` whether any still match after. Batches commit one by one: a failure
+    part-way keeps what was done."""
     limit = check_bulk(filters, limit)
     now = utcnow()
     live = (
@@ -306,15 +326,7 @@ async def requeue_matching(
     note = f"; bulk requeue of {filters.described()}"
     async with services.db.read() as s:
         where = [*await conditions(s, scopes, filters), *live]
-        matched = int(
-            await s.scalar(
-                select(func.count())
-                .select_from(Todo)
-                .join(Endpoint, Todo.endpoint_id == Endpoint.id)
-                .where(*where)
-            )
-            or 0
-        )
+        matched = await _takeable(s, where)
     done: list[str] = []
     while not dry_run and len(done) < limit:
         async with services.db.write() as s:
