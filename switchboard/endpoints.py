@@ -23,7 +23,7 @@ from switchboard.config_changes import changing
 from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_display, token_hash
-from switchboard.models import Endpoint, Human, Team, Todo
+from switchboard.models import Attempt, Endpoint, Human, Team, Todo
 from switchboard.owners import Owner, check_handle
 
 QUEUE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -191,6 +191,17 @@ async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
         if endpoint.state == "revoked":
             return endpoint
         endpoint.state, endpoint.revoked_at = "revoked", now
+        # A claimed todo's attempt ends with it: left open, it showed as still running forever.
+        await s.execute(
+            update(Attempt)
+            .where(
+                Attempt.todo_id.in_(
+                    select(Todo.id).where(Todo.endpoint_id == endpoint.id, Todo.state == "claimed")
+                ),
+                Attempt.ended_at.is_(None),
+            )
+            .values(outcome="revoked", ended_at=now)
+        )
         await s.execute(
             update(Todo)
             .where(
