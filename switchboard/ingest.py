@@ -242,7 +242,9 @@ async def _decide(
         todos=todos,
         source=webhook.source,
     )
-    return Decision(rows, decided, verified, event["disposition"], key, secondary)
+    # Intake may have let go of the provider's second key (a delivery that made no todo): a
+    # duplicate is looked up by the keys the event is stored with.
+    return Decision(rows, decided, verified, event["disposition"], key, event["secondary_key"])
 
 
 async def _answer(services: Services, config: WebhookConfig, decision: Decision, result: Result) -> Outcome:

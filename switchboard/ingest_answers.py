@@ -87,7 +87,9 @@ async def duplicate(
                 select(Todo.id, Todo.queue, Todo.endpoint_id, Endpoint.slug)
                 .join(Endpoint, Endpoint.id == Todo.endpoint_id)
                 # A held todo is the owner's business, not the sender's: a replay names only work.
-                .where(Todo.event_id == found.id, Todo.state != "held")
+                # Once decided on (discarded, expired, released) it is no longer ``held`` but keeps
+                # its hold reason, and is still never named.
+                .where(Todo.event_id == found.id, Todo.hold_reason.is_(None))
             )
         ).all()
     # Ordered as the first answer was: the owner's todo first, then the routed endpoints' in order.

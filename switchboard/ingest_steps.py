@@ -299,4 +299,11 @@ async def intake(
         source, verdict, address, event_id=event["id"], now=at, encoded=encoded, in_event=in_event
     )
     # The todos of the plan, all with the same payload (encoded once) and reply address.
-    return decided, todo_rows(decided, content)
+    rows = todo_rows(decided, content)
+    if not rows and verdict.secondary_key:
+        # A provider's second key folds the other deliveries of one thing into the todo this one
+        # makes (Slack's ``message`` and ``app_mention`` of one message). A delivery that made none
+        # (a rule dropped it) must not claim the key: the other delivery, which a rule may pick
+        # ("only mentions"), would be a duplicate of nothing and its todo never made.
+        event["secondary_key"] = None
+    return decided, rows
