@@ -197,7 +197,8 @@ async def create_webhook(
             raise not_found(f"endpoint {endpoint_slug!r}")
         if not endpoint_is_live(endpoint):
             raise conflict(f"endpoint {endpoint_slug!r} is not active")
-        queue = queue or endpoint.queues[0]
+        # Only a queue left out is the endpoint's first: an empty one is refused, never ignored.
+        queue = endpoint.queues[0] if queue is None else queue
         check_queue(queue)
         if queue not in endpoint.queues:
             raise invalid(f"queue {queue!r} is not granted to endpoint {endpoint_slug!r}")

@@ -84,6 +84,10 @@ async def patch_connection(req: Request) -> tuple[int, dict[str, Any]]:
     for key in ("name", "targets", "endpoints", "config"):
         if key in req.body:
             changes[key] = req.body[key]
+    if "config" in changes and changes["config"] is None:
+        # null clears the config (as it makes none on create); ``update_connection`` reads None as
+        # "unchanged", which would answer 200 and ignore it.
+        changes["config"] = {}
     row = await owner_connections.update_connection(req.services, owner, req.path["id"], **changes)
     return 200, {"connection": _connection_for(req.caller, owner, row)}
 
@@ -169,7 +173,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("name", "string", "New name."),
             Param("targets", "array", "New targets allowlist (null: none).", nullable=True),
             Param("endpoints", "array", "New endpoints allowlist (null: none).", nullable=True),
-            Param("config", "object", "New config.", nullable=True),
+            Param("config", "object", "New config (null: none).", nullable=True),
         ),
     ),
     Operation(

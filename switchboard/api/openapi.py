@@ -106,10 +106,12 @@ _ERROR_TEXT = {
     409: "`conflict` (a duplicate, a team's last owner, a revoked endpoint, a state the action does "
     "not apply to, an owner at its endpoint quota) or `encryption_required`.",
     413: "The body is larger than 5 MiB (`payload_too_large`).",
+    415: "The body's `Content-Encoding` is not gzip, deflate or identity (`unsupported_encoding`).",
     503: "The database cannot be reached, or a stored secret cannot be opened (`unavailable`); retry.",
 }
-# Every route may answer these whatever it does: bodies are bounded and the database may be away.
-_ALWAYS = (408, 413, 503)
+# Every route may answer these whatever it does: bodies are bounded, only some codings are decoded
+# (a body in another is 415 before any route reads it) and the database may be away.
+_ALWAYS = (408, 413, 415, 503)
 
 
 def _operation(op: Operation) -> dict[str, Any]:

@@ -230,7 +230,10 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
     known = {p.name: p for p in params or ()}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise invalid(f"unknown field(s): {', '.join(unknown)}")
+        # A name may hold a lone surrogate (a "\ud800" escape): written back as its escape, since
+        # no UTF-8 answer can carry it.
+        names = ", ".join(unknown).encode("utf-8", "backslashreplace").decode("utf-8")
+        raise invalid(f"unknown field(s): {names}")
     for param in known.values():
         if param.name not in data:
             if param.required:

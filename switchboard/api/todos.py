@@ -19,10 +19,10 @@ from switchboard.api.endpoints import visible_endpoint
 from switchboard.api.openapi import TIMESTAMP, list_of, nullable, obj, ref
 from switchboard.api.routing import TEAM_QUERY, Handler, Operation, Param, Request, page_query
 from switchboard.db import rfc3339
-from switchboard.errors import not_found
+from switchboard.errors import invalid, not_found
 from switchboard.intake import HOLD_REASONS
 from switchboard.models import Todo
-from switchboard.tenancy import Owner
+from switchboard.tenancy import Owner, check_queue
 from switchboard.todos import (
     BOARD_STATES,
     OPERATOR_LIMIT_MAX,
@@ -54,6 +54,12 @@ FILTERS = (
 
 
 def _filters(values: dict[str, Any]) -> TodoFilter:
+    for param in FILTERS:
+        # ``TodoFilter.of`` reads "" as no filter (the board's empty form fields); here an empty
+        # value would be ignored, and a bulk requeue would take every queue's (docs/api.md: nothing
+        # is ever ignored).
+        if values.get(param.name) == "":
+            raise invalid(f"{param.name} must not be empty (leave it out for every {param.name})")
     return TodoFilter.of(**{p.name: values.get(p.name) for p in FILTERS}, state=values.get("state"))
 
 
@@ -110,11 +116,15 @@ async def _intake_view(req: Request, todo_id: str, webhook_shown: bool) -> dict[
 async def push_todo(req: Request) -> tuple[int, dict[str, Any]]:
     endpoint = await visible_endpoint(req, req.body["endpoint"])
     req.caller.require_manage(Owner.of(endpoint), f"endpoint {endpoint.slug!r}")
+    queue = req.body.get("queue")
+    if queue is not None:
+        # ``push`` reads an empty queue as "left out" (the endpoint's first): a given one is checked.
+        check_queue(queue)
     todo = await push(
         req.services.db,
         endpoint_slug=endpoint.slug,
         title=req.body["title"],
-        queue=req.body.get("queue"),
+        queue=queue,
         payload=req.body.get("payload"),
     )
     await req.services.todos_created([todo.id])
@@ -162,10 +172,11 @@ async def _bulk_scopes(req: Request) -> list[Owner]:
 
 
 async def requeue_many(req: Request) -> tuple[int, dict[str, Any]]:
+    filters = _filters({**req.body, "state": req.body.get("state", "dead")})
     scopes = await _bulk_scopes(req)
     return 200, await todo_ops.requeue_matching(
         req.services,
-        _filters({**req.body, "state": req.body.get("state", "dead")}),
+        filters,
         scopes=scopes,
         actor=_actor(req.caller),
         limit=req.body.get("limit", todo_ops.BULK_LIMIT_DEFAULT),
@@ -218,7 +229,8 @@ OPERATIONS: tuple[Operation, ...] = (
                 max_length=TITLE_LIMIT,
             ),
             Param("queue", "string", "Queue (default: the endpoint's first)."),
-            Param("payload", "any", "Any JSON value (default {})."),
+            # null is a JSON value too (the document's schema has no type): the default, as on the CLI.
+            Param("payload", "any", "Any JSON value (null or absent: {}).", nullable=True),
         ),
     ),
     # Before /todos/{id}: a fixed path wins over the parameter.
