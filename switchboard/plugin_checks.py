@@ -6,20 +6,29 @@ which is neither a verdict nor a refusal), its settings and its secret-scan rule
 line that says what to change.
 
 At call time (``guarded_source``, ``guarded_connection``): a plain function can still return an
-awaitable, or a value of the wrong type. The kind the core keeps has its callables wrapped so that
-such an answer is a ``ProviderFault`` (a ``TypeError``), handled exactly as if the callable had
-raised (a verifier's fault is a 503, never a verdict), and logged once per callable with the fix.
+awaitable, or a value of the wrong type, or of the right class with contents the core cannot use
+(a ``Verdict`` whose delivery key is a number); a connection callable can raise what the core does
+not handle for it, and ``post`` or ``test`` can never answer. The kind the core keeps has its
+callables wrapped so that each of these is a ``ProviderFault`` (a ``TypeError``), handled exactly
+as if the callable had raised (a verifier's fault is a 503, never a verdict), and logged once per
+callable with the fix.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
+import json
 import logging
+import math
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar, cast
 
+import orjson
+
+from switchboard import sanitize
 from switchboard.provider import (
     Actors,
     Address,
@@ -202,6 +211,117 @@ def _rules_problem(label: str, rules: object, taken: set[str]) -> str | None:
 # At call time
 
 
+# What the contents of an answer must be (the SDK's values are dataclasses, which check no types).
+# Each check says what is wrong, in a few words, or None; a few isinstance checks per call.
+POST_STATES = ("sent", "failed", "unknown")
+# How long ``post`` or ``test`` may take: far past what their requests through ``http`` may take
+# (each bounded by the outbound client's total timeout), so only an await that never ends meets it.
+CALL_TIMEOUT = 60.0
+_OPTIONAL_STR = (str, type(None))
+# Field values that are JSON whatever they hold (a float may be NaN; a container may hold anything).
+_PLAIN_FIELD_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def _json_problem(value: object, allow_nan: bool) -> str | None:
+    """Why ``value`` is no JSON value (a set, bytes, an object; NaN unless ``allow_nan``), or None.
+    orjson answers the usual case at once; what it refuses but JSON carries (integers past 64 bits,
+    keys that are numbers, lone surrogates) is asked of the standard library."""
+    try:
+        orjson.dumps(value, option=sanitize.ORJSON_REFUSES)
+        if allow_nan or not _has_nan(value):
+            return None
+        return "holds NaN or Infinity"
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        json.dumps(value, allow_nan=allow_nan)
+    except RecursionError:
+        return None  # too deep to be a structure: stored as text, as a body nested so deep is
+    except (TypeError, ValueError) as exc:
+        return " ".join(str(exc).split())[:80]
+    return None
+
+
+def _has_nan(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return True
+    except (TypeError, RecursionError):
+        return False
+    return False
+
+
+def verdict_problem(verdict: Verdict, delivery: object = None) -> str | None:
+    # What the core cannot take as it is; a detail or a title of another type is written as text.
+    given: dict[str, Any] = vars(verdict)
+    for name in ("delivery_key", "secondary_key"):
+        if not isinstance(given[name], _OPTIONAL_STR):
+            return f"{name} is {type(given[name]).__name__}, not a string or None"
+    respond = given["respond"]
+    if respond is not None:
+        if not isinstance(respond, dict):
+            return f"respond is {type(respond).__name__}, not a JSON object"
+        problem = _json_problem(respond, allow_nan=False)
+        if problem:
+            return f"respond is no JSON object ({problem})"
+    payload = given["payload"]
+    # What ``json_object`` has just read from the body is JSON already (every bundled kind's
+    # payload): only a payload the kind built is looked at.
+    body = getattr(delivery, "body", None)
+    if payload is not None and not (isinstance(body, bytes) and sanitize.read_from(payload, body)):
+        problem = _json_problem(payload, allow_nan=True)
+        if problem:
+            return f"payload is no JSON value ({problem})"
+    return None
+
+
+def address_problem(address: Address, *_: object) -> str | None:
+    given: dict[str, Any] = vars(address)
+    for name in ("kind", "provider", "display"):
+        if not isinstance(given[name], str):
+            return f"{name} is {type(given[name]).__name__}, not a string"
+    fields = given["fields"]
+    if not isinstance(fields, Mapping):
+        return f"fields is {type(fields).__name__}, not a mapping"
+    plain = True
+    for key, value in fields.items():
+        if not isinstance(key, str) or key in ("kind", "provider", "display"):
+            return f"fields has the key {key!r} (keys are strings other than kind, provider, display)"
+        plain = plain and type(value) in _PLAIN_FIELD_TYPES
+    if plain:
+        # Every bundled kind's fields are text and whole numbers: JSON as they are, without writing
+        # them twice on each delivery (6-7 µs of the event loop's, issue 12).
+        return None
+    problem = _json_problem(dict(fields), allow_nan=False)
+    return f"fields are no JSON values ({problem})" if problem else None
+
+
+def post_result_problem(result: PostResult) -> str | None:
+    given: dict[str, Any] = vars(result)
+    if given["state"] not in POST_STATES:
+        return f"state is {given['state']!r}, not one of {', '.join(POST_STATES)}"
+    for name in ("object_id", "permalink", "error_code"):
+        if not isinstance(given[name], _OPTIONAL_STR):
+            return f"{name} is {type(given[name]).__name__}, not a string or None"
+    wait = given["retry_after"]
+    # NaN compares false with every bound: the retry loop slept on it and the reply hung (an
+    # infinite wait is bounded by the core, as for a Retry-After header).
+    if wait is not None and (not isinstance(wait, int | float) or isinstance(wait, bool) or math.isnan(wait)):
+        return "retry_after is not None or a number of seconds"
+    return None
+
+
+def check_result_problem(result: CheckResult) -> str | None:
+    # The detail and the facts' values are written as text whatever they are.
+    given: dict[str, Any] = vars(result)
+    if not isinstance(given["ok"], bool):
+        return "ok is not True or False"
+    if not isinstance(given["facts"], Mapping):
+        return f"facts is {type(given['facts']).__name__}, not a mapping"
+    return None
+
+
 def _discard(value: object) -> None:
     """Close a coroutine nobody will await, so it is not reported as never awaited."""
     close = getattr(value, "close", None)
@@ -225,14 +345,33 @@ class _Where:
 
 
 def _value_guard(
-    fn: Callable[P, R], where: _Where, expected: tuple[type, ...], truth: bool = False
+    fn: Callable[P, R],
+    where: _Where,
+    expected: tuple[type, ...],
+    truth: bool = False,
+    contents: Callable[..., str | None] | None = None,
+    handled: tuple[type[Exception], ...] = (Exception,),
 ) -> Callable[P, R]:
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        result: Any = fn(*args, **kwargs)
+        try:
+            result: Any = fn(*args, **kwargs)
+        except handled:
+            raise
+        except Exception as exc:
+            # What the core does not handle for this callable (an AttributeError where it takes a
+            # KeyError as no match) escaped as an internal error: it is a fault like a wrong type.
+            raise where.fault(f"raised {type(exc).__name__}") from exc
         # The usual answer first: a value of the expected type (the SDK's frozen values, str,
         # bool, None) is never awaitable, and ``isawaitable``'s ABC check cost a percent of
         # ingest's CPU (issue 12).
         if type(result) in expected:
+            # The SDK's values are dataclasses that check no types: a Verdict whose delivery key
+            # is a number, or an Address without a display, reached the core and failed there
+            # (a 500 to the sender). Their contents are the provider's answer too.
+            problem = contents(result, *args) if contents is not None and result is not None else None
+            if problem is not None:
+                name = type(result).__name__
+                raise where.fault(f"returned {'an' if name[0] in 'AEIOU' else 'a'} {name} whose {problem}")
             return cast(R, result)
         if inspect.isawaitable(result):
             _discard(result)
@@ -248,16 +387,53 @@ def _value_guard(
     return call
 
 
+# What the core handles itself when ``account_matches``, ``target_of`` or ``instance_of`` raises it
+# (no match, ``""``, no instance): any other exception is a fault (a TypeError), handled the same.
+MATCH_ERRORS: tuple[type[Exception], ...] = (KeyError, TypeError, ValueError)
+
+
+def _account_key_guard(fn: Callable[[str], str], where: _Where, kind: str) -> Callable[[str], str]:
+    """``normalize_account_key``: a ValueError is the owner's refusal, with its message; any other
+    failure was an internal error on ``connection add``. It is a refusal too, naming the fault."""
+    guarded = _value_guard(fn, where, (str,), handled=(ValueError,))
+
+    def call(value: str) -> str:
+        try:
+            return guarded(value)
+        except ProviderFault:
+            raise ValueError(
+                f"the {kind} provider could not read it (a fault in its plugin, logged on the server)"
+            ) from None
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
 def _async_guard(
-    fn: Callable[[Any], Awaitable[R]], where: _Where, expected: type
+    fn: Callable[[Any], Awaitable[R]], where: _Where, expected: type, contents: Callable[[Any], str | None]
 ) -> Callable[[Any], Awaitable[R]]:
     # Awaited if it is awaitable, taken as it is if not (datasette's await_me_maybe).
     async def call(arg: Any) -> R:
         result: Any = fn(arg)
         if inspect.isawaitable(result):
-            result = await result
+            # Bounded: an await that never ends (not through ``http``, whose requests are bounded)
+            # hung the agent's reply and the owner's connection test for ever, holding one of the
+            # owner's outbound slots and leaving the reply row pending.
+            bound = asyncio.timeout(CALL_TIMEOUT)
+            try:
+                async with bound:
+                    result = await result
+            except TimeoutError:
+                if not bound.expired():
+                    raise  # the provider's own TimeoutError: a raise like any other
+                raise where.fault(f"did not answer within {CALL_TIMEOUT:g} s") from None
         if not isinstance(result, expected):
             raise where.fault(f"answered {type(result).__name__}, not {expected.__name__}")
+        # As ``_value_guard``: a PostResult with a NaN wait or an unknown state, recorded as it
+        # was, hung the reply or left its row pending; facts that are no mapping failed the test.
+        problem = contents(result)
+        if problem is not None:
+            raise where.fault(f"answered a {expected.__name__} whose {problem}")
         return cast(R, result)
 
     call.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -268,9 +444,14 @@ def guarded_source(kind: SourceKind, plugin: str) -> SourceKind:
     """The kind as the core keeps it: the same object with its callables behind the call-time checks."""
     return dataclasses.replace(
         kind,
-        verify=_value_guard(kind.verify, _Where(plugin, kind, "verify"), (Verdict,)),
+        verify=_value_guard(
+            kind.verify, _Where(plugin, kind, "verify"), (Verdict,), contents=verdict_problem
+        ),
         derive_address=_value_guard(
-            kind.derive_address, _Where(plugin, kind, "derive_address"), (Address, type(None))
+            kind.derive_address,
+            _Where(plugin, kind, "derive_address"),
+            (Address, type(None)),
+            contents=address_problem,
         ),
         echo_clues=_value_guard(kind.echo_clues, _Where(plugin, kind, "echo_clues"), (EchoClues, type(None))),
         actors=None
@@ -284,18 +465,26 @@ def guarded_connection(kind: ConnectionKind, plugin: str) -> ConnectionKind:
     instance_of = kind.instance_of
     return dataclasses.replace(
         kind,
-        normalize_account_key=_value_guard(
-            kind.normalize_account_key, _Where(plugin, kind, "normalize_account_key"), (str,)
+        normalize_account_key=_account_key_guard(
+            kind.normalize_account_key, _Where(plugin, kind, "normalize_account_key"), kind.name
         ),
         account_matches=_value_guard(
-            kind.account_matches, _Where(plugin, kind, "account_matches"), (bool,), truth=True
+            kind.account_matches,
+            _Where(plugin, kind, "account_matches"),
+            (bool,),
+            truth=True,
+            handled=MATCH_ERRORS,
         ),
-        target_of=_value_guard(kind.target_of, _Where(plugin, kind, "target_of"), (str,)),
+        target_of=_value_guard(
+            kind.target_of, _Where(plugin, kind, "target_of"), (str,), handled=MATCH_ERRORS
+        ),
         instance_of=None
         if instance_of is None
-        else _value_guard(instance_of, _Where(plugin, kind, "instance_of"), (str, type(None))),
-        test=_async_guard(kind.test, _Where(plugin, kind, "test"), CheckResult),
-        post=_async_guard(kind.post, _Where(plugin, kind, "post"), PostResult),
+        else _value_guard(
+            instance_of, _Where(plugin, kind, "instance_of"), (str, type(None)), handled=MATCH_ERRORS
+        ),
+        test=_async_guard(kind.test, _Where(plugin, kind, "test"), CheckResult, check_result_problem),
+        post=_async_guard(kind.post, _Where(plugin, kind, "post"), PostResult, post_result_problem),
     )
 
 

@@ -324,7 +324,9 @@ def _load_one(providers: Providers, candidate: _Candidate) -> None:
     disable = f"SWITCHBOARD_DISABLE_PLUGINS={plugin.name}"
     try:
         obj = candidate.load()
-    except Exception as exc:
+    # SystemExit too: a module that calls sys.exit() when imported (a version guard) ended serve
+    # and `switchboard plugins` with its message alone, naming no plugin.
+    except (Exception, SystemExit) as exc:
         detail = " ".join(str(exc).split())[:160]
         _refuse(plugin, f"failed to import: {type(exc).__name__}: {detail}; fix or disable it ({disable})")
         return
@@ -370,7 +372,7 @@ def _register_kinds(providers: Providers, plugin: Plugin, obj: object) -> str | 
     caller = pm.subset_hook_caller("register_kinds", remove_plugins=others)
     try:
         caller(register=collected.append)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # as at import (``_load_one``)
         return f"register_kinds raised {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
     if not collected:
         return (
