@@ -504,12 +504,7 @@ def host_of(base_url: str) -> str:
 
 def json_dict(resp: Response) -> dict[str, Any]:
     """The answer's JSON object, or an empty one."""
-    try:
-        body = resp.json()
-    except RecursionError:
-        # Nested deeper than the parser goes (a 1 MiB answer can be): unreadable like any non-JSON
-        # body, never an exception that turns a GitHub 201 into an "unknown" reply.
-        return {}
+    body = resp.json()  # None for a body nested deeper than the parser goes, as for any non-JSON
     return body if isinstance(body, dict) else {}
 
 

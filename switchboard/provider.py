@@ -165,10 +165,11 @@ class Response:
     body: bytes
 
     def json(self) -> Any:
-        """The body as JSON, or None when it is not JSON."""
+        """The body as JSON, or None when it is not JSON (or nests deeper than the parser goes: a
+        1 MiB answer can, and the kinds that read it, GraphQL's, took the RecursionError for a fault)."""
         try:
             return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
 
 

@@ -1,6 +1,7 @@
 """A provider answer nested deeper than the JSON parser goes is an answer we cannot read, like any
-other non-JSON body: a GitHub ``201 Created`` so answered is still ``sent`` (the comment exists), and
-a connection test still gets the provider's verdict, never ``unknown``/``provider_error``."""
+other non-JSON body: a GitHub ``201 Created`` so answered is still ``sent`` (the comment exists), a
+connection test still gets the provider's verdict, never ``unknown``/``provider_error``, and the
+SDK's ``Response.json`` (which the GraphQL kinds read themselves) says None."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from switchboard import connections as conn
+from switchboard.provider import Response
 from switchboard import reply
 from switchboard.testing import claimed_todo, forge_address, guarded_client, human_and_endpoint
 
@@ -70,3 +72,8 @@ async def test_a_connection_test_answered_with_deeply_nested_json_gets_a_verdict
     )
     verdict = await conn.test_connection(services, owner, made["id"])
     assert verdict["ok"] is True, verdict
+
+
+def test_the_sdk_reads_a_too_deep_answer_as_no_json() -> None:
+    """Linear and Plain read ``resp.json()`` themselves: a RecursionError escaped to the core."""
+    assert Response(status=200, headers={}, body=DEEP).json() is None
