@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from switchboard import connections as conn
-from switchboard.provider import Response
 from switchboard import reply
+from switchboard.provider import Response
 from switchboard.testing import claimed_todo, forge_address, guarded_client, human_and_endpoint
 
 # Well inside the 1 MiB answer cap, far deeper than Python's recursion limit.
