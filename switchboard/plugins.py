@@ -181,12 +181,24 @@ def _setting_value(setting: Setting, settings: Settings | None) -> tuple[str | N
     try:
         value = setting.check(given)
     except ValueError as exc:
-        raise ConfigError(f"{setting.name}: {' '.join(str(exc).split())[:200]}") from None
+        reason = " ".join(str(exc).split())[:200]
+        if setting.secret and _quotes(reason, given):
+            # A secret never appears in an error (``switchboard plugins``, serve's one line).
+            reason = "refused by its check (its message quoted the value, so it is not shown)"
+        raise ConfigError(f"{setting.name}: {reason}") from None
     except Exception as exc:
         raise ConfigError(f"{setting.name}: its check failed ({type(exc).__name__})") from None
     if not isinstance(value, str):
         raise ConfigError(f"{setting.name}: its check answered {type(value).__name__}, not a string")
     return value, "environment"
+
+
+def _quotes(message: str, value: str) -> bool:
+    """Whether ``message`` carries ``value``, or any 8 characters of it in a row."""
+    value = value.strip()
+    if len(value) <= 8:
+        return value in message
+    return any(value[i : i + 8] in message for i in range(len(value) - 7))
 
 
 def _trust_spec(kind: SourceKind) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ adds to the core's."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import string
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from fixtures import memo_plugin
 
 from switchboard import connections as conn
-from switchboard import plugins, reply, secretscan
+from switchboard import hookimpl, plugins, reply, secretscan
 from switchboard.errors import SwitchboardError
 from switchboard.provider import Address
 from switchboard.services import Services, build_services
@@ -152,3 +153,33 @@ async def test_a_kinds_secret_rule_refuses_a_reply(
         assert err.value.code == "secret_detected" and err.value.extra == {"rule": "memo-api-key"}
         assert key not in str(err.value.as_dict())
     assert memo_api.posts() == [] and key not in caplog.text
+
+
+class _LeakyCheckPlugin:
+    """The memo kind whose secret setting's check quotes what it refused, as a careless plugin's
+    might (``ValueError(f"not a memo token: {value}")``)."""
+
+    @staticmethod
+    def check(value: str) -> str:
+        raise ValueError(f"not a memo token: {value}")
+
+    @hookimpl
+    def register_kinds(self, register: Any) -> None:
+        token = dataclasses.replace(memo_plugin.TOKEN, check=self.check)
+        register(memo_plugin.SOURCE)
+        register(dataclasses.replace(memo_plugin.CONNECTION, settings=(memo_plugin.API_URL, token)))
+
+
+def test_a_secret_settings_refusal_never_quotes_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A secret never appears in an error: the refusal of a secret setting is shown by
+    ``switchboard plugins`` and ends ``serve`` with one line, so the check's message may not carry
+    the value it quoted."""
+    value = "memo_tok_Zq8rT2vX9kLw"
+    monkeypatch.setenv("SWITCHBOARD_MEMO_TOKEN", value)
+    providers = plugins.load(entrypoints=False, extra=[_LeakyCheckPlugin()], strict=True)
+    with pytest.raises(ConfigError) as refused:
+        providers.check_settings(load_settings())
+    assert str(refused.value).startswith("SWITCHBOARD_MEMO_TOKEN: ")
+    assert value not in str(refused.value) and value[:8] not in str(refused.value)
+    described = str(providers.describe(load_settings()))
+    assert "SWITCHBOARD_MEMO_TOKEN" in described and value[:8] not in described
