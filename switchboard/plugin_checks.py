@@ -223,16 +223,16 @@ _PLAIN_FIELD_TYPES = frozenset({str, int, bool, type(None)})
 
 
 def _json_problem(value: object, allow_nan: bool) -> str | None:
-    """Why ``value`` is no JSON value (a set, bytes, an object; NaN unless ``allow_nan``), or None.
-    orjson answers the usual case at once; what it refuses but JSON carries (integers past 64 bits,
-    keys that are numbers, lone surrogates) is asked of the standard library."""
-    try:
-        orjson.dumps(value, option=sanitize.ORJSON_REFUSES)
-        if allow_nan or not _has_nan(value):
+    """Why ``value`` is no JSON value (a set, bytes, an object; NaN unless ``allow_nan``), or None."""
+    if allow_nan:
+        # The usual case answered at once (orjson writes NaN as null: a payload may hold it, and is
+        # stored as text then). What orjson refuses but JSON carries (integers past 64 bits, keys
+        # that are numbers, lone surrogates) is the standard library's to judge.
+        try:
+            orjson.dumps(value, option=sanitize.ORJSON_REFUSES)
             return None
-        return "holds NaN or Infinity"
-    except orjson.JSONEncodeError:
-        pass
+        except orjson.JSONEncodeError:
+            pass
     try:
         json.dumps(value, allow_nan=allow_nan)
     except RecursionError:
@@ -240,16 +240,6 @@ def _json_problem(value: object, allow_nan: bool) -> str | None:
     except (TypeError, ValueError) as exc:
         return " ".join(str(exc).split())[:80]
     return None
-
-
-def _has_nan(value: object) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        return True
-    except (TypeError, RecursionError):
-        return False
-    return False
 
 
 def verdict_problem(verdict: Verdict, delivery: object = None) -> str | None:

@@ -27,6 +27,8 @@ from switchboard.todos.batching import claim_rows, complete_row
 from switchboard.todos.statements import add_attempt, update_open_attempt
 from switchboard.todos.views import (
     WITHOUT_BODIES,
+    back_to_pending,
+    first_per_subject,
     not_held,
     payload_of,
     replies_summary,
@@ -150,19 +152,6 @@ async def _close_attempt(
     if attempt is not None:
         attempt.outcome, attempt.ended_at = outcome, now
         attempt.summary, attempt.error = summary, error
-
-
-def _back_to_pending(todo: Todo, now: datetime) -> None:
-    """Pending again: new work for the doorbell, so its ring schedule starts over. Not finished
-    any more: a failure's ``finished_at`` (and the reply window it opened) ends with the retry."""
-    todo.state = "pending"
-    todo.finished_at, todo.finished_by = None, None
-    todo.lease_expires_at = None
-    todo.lease_token_hash = None
-    todo.next_retry_at = None
-    todo.ring_count = 0
-    todo.next_ring_at = now
-    todo.updated_at = now
 
 
 def _dead_letter(todo: Todo, now: datetime, reason: str) -> None:
@@ -450,7 +439,7 @@ async def release(
         _held(todo, token, now)
         replies = await _attempt_closed(s, todo, outcome="released", ended_at=now, summary=None, error=None)
         todo.attempt = max(todo.attempt - 1, 0)
-        _back_to_pending(todo, now)
+        back_to_pending(todo, now)
         return todo_row(todo, replies)
 
 
@@ -489,7 +478,7 @@ async def reap_leases(db: Database, now: datetime | None = None) -> list[str]:
                 _dead_letter(todo, now, "lease_expired")
             else:
                 await _close_attempt(s, todo, now, "expired", error="lease expired")
-                _back_to_pending(todo, now)
+                back_to_pending(todo, now)
                 repended.append(todo.id)
     return repended
 
@@ -522,19 +511,9 @@ async def schedule_retries(db: Database, now: datetime | None = None) -> list[st
                     .with_for_update(skip_locked=True)
                 )
             ).all()
-            # Two failed todos about one ``once`` subject (ingest made the second while the first
-            # waited, and it failed too) both pass ``subject_free``: only the first due goes back,
-            # the other waits for it, or the index refuses the whole batch on every pass.
-            subjects: set[tuple[str, str, str]] = set()
-            moved: list[Todo] = []
-            for todo in todos:
-                if todo.once_key is not None:
-                    subject = (todo.endpoint_id, todo.queue, todo.once_key)
-                    if subject in subjects:
-                        continue
-                    subjects.add(subject)
-                _back_to_pending(todo, now)
-                moved.append(todo)
+            moved = first_per_subject(todos, lambda todo: todo)
+            for todo in moved:
+                back_to_pending(todo, now)
     except IntegrityError:
         # An open todo about one of their subjects was made between the read and the commit
         # (PostgreSQL, another process's ingest): the next pass leaves that one out.

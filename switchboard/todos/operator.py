@@ -35,7 +35,7 @@ from switchboard.models import Attempt, Endpoint, Todo, TodoEvent
 from switchboard.services import Services
 from switchboard.tenancy import Owner, endpoint_is_live
 from switchboard.todos.queries import TodoFilter, conditions, history_view, operator_row, visible
-from switchboard.todos.views import replies_summary, subject_free
+from switchboard.todos.views import back_to_pending, first_per_subject, replies_summary, subject_free
 
 # Why a todo became a dead letter (``todos.dead_reason``), and how each surface says it.
 DEAD_REASONS = {
@@ -114,19 +114,6 @@ async def _close_open_attempt(s: AsyncSession, todo: Todo, now: datetime, outcom
         attempt.outcome, attempt.ended_at, attempt.error = outcome, now, error
 
 
-def _pending(todo: Todo, now: datetime) -> None:
-    """Back on the queue: no lease, no retry time, and a doorbell schedule that starts over; not
-    finished (an earlier failure's ``finished_at`` does not outlive its retry)."""
-    todo.state = "pending"
-    todo.finished_at, todo.finished_by = None, None
-    todo.lease_expires_at = None
-    todo.lease_token_hash = None
-    todo.next_retry_at = None
-    todo.ring_count = 0
-    todo.next_ring_at = now
-    todo.updated_at = now
-
-
 def _record(
     s: AsyncSession, todo: Todo, actor: Actor, action: str, before: str, detail: str | None, now: datetime
 ) -> TodoEvent:
@@ -160,7 +147,7 @@ def _requeue(
     detail = f"attempts reset ({todo.attempt} of {todo.max_attempts} were used)"
     if todo.dead_letter:
         detail += f"; it was a dead letter: {dead_reason_text(todo.dead_reason)}"
-    _pending(todo, now)
+    back_to_pending(todo, now)
     todo.attempt = 0
     todo.dead_letter, todo.dead_reason = False, None
     todo.finished_at, todo.finished_by = None, None
@@ -212,7 +199,7 @@ async def _release(s: AsyncSession, todo: Todo, actor: Actor, now: datetime) -> 
     lease = todo.lease_expires_at
     await _close_open_attempt(s, todo, now, "released", f"released by {actor.label}")
     todo.attempt = max(todo.attempt - 1, 0)
-    _pending(todo, now)
+    back_to_pending(todo, now)
     until = f" (its lease ran until {lease.isoformat(timespec='seconds')})" if lease else ""
     return _record(
         s, todo, actor, "release", "claimed", f"the claim ended{until}; the attempt is given back", now
@@ -342,14 +329,8 @@ async def requeue_matching(
                 )
             ).all()
             # Two of one ``once`` subject in a batch: only the oldest goes back (the other then waits).
-            subjects: set[tuple[str, str, str]] = set()
             batch: list[str] = []
-            for todo, endpoint in rows:
-                if todo.once_key is not None:
-                    subject = (todo.endpoint_id, todo.queue, todo.once_key)
-                    if subject in subjects:
-                        continue
-                    subjects.add(subject)
+            for todo, endpoint in first_per_subject(rows, lambda row: row[0]):
                 _requeue(s, todo, endpoint, actor, now, note)
                 batch.append(todo.id)
         if not batch:

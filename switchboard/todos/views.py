@@ -6,7 +6,9 @@ MCP, the operator API, the web board and the CLI all show these dicts; nothing h
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Select, exists, func, literal_column, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -71,6 +73,41 @@ def subject_free() -> ColumnElement[bool]:
             other.state.in_(("pending", "claimed")),
         ),
     )
+
+
+T = TypeVar("T")
+
+
+def first_per_subject(items: Iterable[T], todo_of: Callable[[T], Todo]) -> list[T]:
+    """``items`` less any whose todo is about a ``once`` subject an earlier one is about. Two failed
+    todos of one subject (ingest made the second while the first waited) both pass
+    ``subject_free``: only the first may go back, the other waits for it, or the unique index
+    refuses the whole batch (the retry scheduler, an operator's bulk requeue)."""
+    subjects: set[tuple[str, str, str]] = set()
+    kept: list[T] = []
+    for item in items:
+        todo = todo_of(item)
+        if todo.once_key is not None:
+            subject = (todo.endpoint_id, todo.queue, todo.once_key)
+            if subject in subjects:
+                continue
+            subjects.add(subject)
+        kept.append(item)
+    return kept
+
+
+def back_to_pending(todo: Todo, now: datetime) -> None:
+    """Pending again (a retry, a release, an expired lease, an operator's requeue): no lease, no
+    retry time, a doorbell schedule that starts over, and not finished any more (a failure's
+    ``finished_at``, and the reply window it opened, end with the retry)."""
+    todo.state = "pending"
+    todo.finished_at, todo.finished_by = None, None
+    todo.lease_expires_at = None
+    todo.lease_token_hash = None
+    todo.next_retry_at = None
+    todo.ring_count = 0
+    todo.next_ring_at = now
+    todo.updated_at = now
 
 
 async def replies_summary(s: AsyncSession, todo_ids: list[str]) -> dict[str, dict[str, Any]]:
