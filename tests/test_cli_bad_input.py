@@ -1,8 +1,9 @@
 """The command line's refusals of input that once got a traceback or was taken: a secret on stdin
 that is not UTF-8, a ``--payload`` no database or JSON reader can carry (a lone surrogate, NaN,
 Infinity), a NUL in an argument, a database URL whose port is no number (whose traceback quoted the
-password's tail) or with an option the driver does not take, a schema behind this Switchboard's,
-and ``plugin new``'s refusals. Each is one line on stderr with a stable code and a non-zero exit,
+password's tail), past 65535, or with an option the driver does not take or a value it refuses, a
+schema behind this Switchboard's, ``plugin new``'s refusals, and a route filter naming no webhook or
+endpoint (it answered "no routes"). Each is one line on stderr with a stable code and a non-zero exit,
 and nothing is written. The helpers are the shape of ``tests/test_cli_admin.py``'s (tests do not
 import each other)."""
 
@@ -54,7 +55,8 @@ def cli(database_url: str) -> Cli:
 
 def ok(result: Result) -> dict[str, Any]:
     assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
-    return json.loads(result.stdout)
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
 
 
 def refused(result: Result, code: str, exit_code: int = 1) -> str:
@@ -256,3 +258,69 @@ def test_plugin_new_refuses_with_a_stable_code(tmp_path: Path, name: str) -> Non
     result = CliRunner().invoke(main, ["plugin", "new", name, "--dir", str(tmp_path / "out")])
     refused(result, "invalid_argument")
     assert not (tmp_path / "out").exists()
+
+
+# Each parses as a URL; the driver refuses a value in it, at engine creation or at connect.
+POSTGRESQL_URLS = [
+    # OverflowError("connect(): port must be 0-65535.") from the socket, at connect.
+    "postgresql+asyncpg://app:S3cretPw@127.0.0.1:99999/none",
+    # ValueError("invalid command_timeout value: ...") from asyncpg, at connect.
+    "postgresql+asyncpg://app:S3cretPw@127.0.0.1:1/none?command_timeout=abc",
+    # ValueError("invalid literal for int() ...") from SQLAlchemy, at engine creation.
+    "postgresql+asyncpg://app:S3cretPw@127.0.0.1:1/none?prepared_statement_cache_size=abc",
+]
+
+
+@pytest.mark.parametrize("url", POSTGRESQL_URLS)
+@pytest.mark.parametrize("command", [("human", "list"), ("human", "add", "amy")])
+def test_a_postgresql_url_with_a_value_the_driver_refuses_is_one_line(
+    url: str, command: tuple[str, ...]
+) -> None:
+    line = refused(CliRunner(env=_env(url)).invoke(main, list(command)), "unavailable")
+    assert "SWITCHBOARD_DATABASE_URL" in line, line
+    assert "S3cretPw" not in line
+
+
+def test_a_sqlite_url_with_an_option_value_the_driver_refuses_is_one_line(tmp_path: Path) -> None:
+    # ValueError("could not convert string to float: 'abc'") from SQLAlchemy, at engine creation.
+    database = tmp_path / "sb.db"
+    database.touch()
+    url = f"sqlite+aiosqlite:///{database}?timeout=abc"
+    line = refused(CliRunner(env=_env(url)).invoke(main, ["human", "list"]), "unavailable")
+    assert "SWITCHBOARD_DATABASE_URL" in line, line
+
+
+def test_a_port_past_65535_is_one_line_in_a_real_process() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env.update(_env(POSTGRESQL_URLS[0]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "switchboard", "endpoint", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: unavailable: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "S3cretPw" not in proc.stderr
+
+
+def test_route_list_names_an_unknown_webhook_or_endpoint_as_not_found(cli: Cli) -> None:
+    ok(cli("human", "add", "ada", "--json"))
+    for name in ("ada-bot", "ada-helper"):
+        ok(cli("endpoint", "vend", "--name", name, "--owner", "ada", "--json"))
+    created = ok(cli("webhook", "create", "--endpoint", "ada-bot", "--source", "generic", "--json"))
+    webhook_id = created["webhook"]["id"]
+    ok(cli("webhook", "route", "add", webhook_id, "--endpoint", "ada-helper", "--json"))
+
+    # The filters as given still list what they match.
+    assert len(ok(cli("webhook", "route", "list", "--webhook", webhook_id, "--json"))["routes"]) == 1
+    assert len(ok(cli("webhook", "route", "list", "--endpoint", "ada-helper", "--json"))["routes"]) == 1
+    assert ok(cli("webhook", "route", "list", "--endpoint", "ada-bot", "--json"))["routes"] == []
+
+    line = refused(cli("webhook", "route", "list", "--webhook", webhook_id + "x"), "not_found")
+    assert webhook_id + "x" in line
+    line = refused(cli("webhook", "route", "list", "--endpoint", "ada-hepler", "--json"), "not_found")
+    assert "ada-hepler" in line
