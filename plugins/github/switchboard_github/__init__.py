@@ -197,9 +197,12 @@ def _failure(resp: Response) -> PostResult:
         return failure(resp)
     result = failure(resp, rate_limited=True)
     reset = header(resp.headers, "x-ratelimit-reset")
-    if result.retry_after is None and reset is not None and reset.isdigit():
-        wait = max(0.0, int(reset) - time.time())
-        result = dataclasses.replace(result, retry_after=wait)
+    # The far side's header: ASCII digits only (str.isdigit() also passes "²", which int() refuses)
+    # and a bounded length (a longer number overflows a float); a day at most, as Retry-After.
+    if result.retry_after is None and reset is not None and reset.isascii() and reset.isdigit():
+        if len(reset) <= 12:
+            wait = min(max(0.0, int(reset) - time.time()), 24 * 3600.0)
+            result = dataclasses.replace(result, retry_after=wait)
     return result
 
 

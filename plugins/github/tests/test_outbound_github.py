@@ -89,6 +89,21 @@ async def test_primary_rate_limit_reads_the_reset(http: HttpClient, fake: FakePr
     assert 100 <= (result.retry_after or 0) <= 121
 
 
+@pytest.mark.parametrize("reset", ["\u00b2", "9" * 400, "99999999999999999999", "-5"])
+async def test_an_unreadable_or_far_reset_still_reads_as_rate_limited(
+    http: HttpClient, fake: FakeProvider, reset: str
+) -> None:
+    # The header is the far side's: a superscript digit (str.isdigit() passes it, int() refuses it)
+    # or a number past a float's range must not turn a rate limit into a plugin fault.
+    headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset}
+    fake.script(
+        "POST", "/api/v3/repos/acme/api/issues/7/comments", Scripted(403, {"message": "limit"}, headers)
+    )
+    result = await github.post(ghes_post(http, fake))
+    assert (result.state, result.error_class, result.retryable) == ("failed", "rate_limited", True)
+    assert result.retry_after is None or 0 <= result.retry_after <= 24 * 3600
+
+
 async def test_plain_403_is_forbidden(http: HttpClient, fake: FakeProvider) -> None:
     fake.script("POST", "/api/v3/repos/acme/api/issues/7/comments", Scripted(403, {"message": "no"}))
     result = await github.post(ghes_post(http, fake))
