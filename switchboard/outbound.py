@@ -407,7 +407,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     except ValueError:
         try:
             seconds = (parsedate_to_datetime(value) - utcnow()).total_seconds()
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
+            # The far side's text: a zone offset, year or day past what a date holds overflows.
             return None
     return max(0.0, min(seconds, 24 * 3600.0))
 
@@ -514,4 +515,9 @@ def int_id(value: Any) -> str | None:
 
 
 def https_link(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.startswith("https://") and len(value) <= 2000 else None
+    """A provider's permalink, if it is one printable https URL. It is the far side's text: a NUL
+    (PostgreSQL text cannot hold one), a lone surrogate (a JSON ``\\ud800``: no engine can encode
+    it) or a line break failed the recording of a post that was made."""
+    if not isinstance(value, str) or not value.startswith("https://") or len(value) > 2000:
+        return None
+    return value if value.isprintable() and " " not in value else None

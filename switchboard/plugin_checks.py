@@ -24,7 +24,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast, get_args
 
 import orjson
 
@@ -35,6 +35,7 @@ from switchboard.provider import (
     CheckResult,
     ConnectionKind,
     EchoClues,
+    ErrorClass,
     PostResult,
     Setting,
     SourceKind,
@@ -214,6 +215,7 @@ def _rules_problem(label: str, rules: object, taken: set[str]) -> str | None:
 # What the contents of an answer must be (the SDK's values are dataclasses, which check no types).
 # Each check says what is wrong, in a few words, or None; a few isinstance checks per call.
 POST_STATES = ("sent", "failed", "unknown")
+ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)
 # How long ``post`` or ``test`` may take: far past what their requests through ``http`` may take
 # (each bounded by the outbound client's total timeout), so only an await that never ends meets it.
 CALL_TIMEOUT = 60.0
@@ -294,6 +296,10 @@ def post_result_problem(result: PostResult) -> str | None:
     for name in ("object_id", "permalink", "error_code"):
         if not isinstance(given[name], _OPTIONAL_STR):
             return f"{name} is {type(given[name]).__name__}, not a string or None"
+    # The reply row records the class (the agent acts on it): one it does not know, or longer than
+    # the column (PostgreSQL refused it), failed the record of a dial and left the row pending.
+    if given["error_class"] is not None and given["error_class"] not in ERROR_CLASSES:
+        return f"error_class is {given['error_class']!r:.40}, not one of {', '.join(ERROR_CLASSES)}"
     wait = given["retry_after"]
     # NaN compares false with every bound: the retry loop slept on it and the reply hung (an
     # infinite wait is bounded by the core, as for a Retry-After header).

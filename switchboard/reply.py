@@ -310,7 +310,9 @@ async def _dial_with(services: Services, ready: _Ready, http: outbound.Outbound)
 
 
 def _clip(value: str | None, limit: int) -> str | None:
-    return value[:limit] if isinstance(value, str) and value else None
+    # A plugin's id, link or code may carry the provider's text: one the database cannot store (a
+    # NUL, a lone surrogate) is dropped rather than failing the record of a post that was made.
+    return value[:limit] if isinstance(value, str) and value and value.isprintable() else None
 
 
 async def _finish(services: Services, ready: _Ready, result: PostResult) -> Recorded:

@@ -310,6 +310,10 @@ async def post(reply: ReplyPost) -> PostResult:
     if resp.status != 200:
         return failure(resp)
     answer = json_dict(resp)
+    if not isinstance(answer.get("ok"), bool):
+        # A 200 whose answer cannot be read (a proxy's page, an empty or too-deep body): Slack may
+        # have posted the message, so it is unknown, never "failed" (the agent would post again).
+        return PostResult(state="unknown", error_class="server", error_code="unreadable_answer")
     if answer.get("ok") is not True:
         error_class, code = _slack_error(answer)
         return PostResult(
