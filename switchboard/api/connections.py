@@ -19,6 +19,14 @@ from switchboard.errors import not_found
 from switchboard.models import Connection
 from switchboard.tenancy import Owner
 
+# The bounds ``connections`` checks, stated in the document (refused beyond them, never cut).
+NAME_MAX, SECRET_MAX = owner_connections.NAME_LIMIT, owner_connections.SECRET_LIMIT
+ACCOUNT_KEY_MAX = 300
+# The allowlists' lengths. Each endpoint slug is looked up inside the connection's write
+# transaction, so an unbounded list (a few MiB of one slug repeated) held the database's writer for
+# minutes and every other tenant's writes behind it; 1000 as MCP's ``create_connection``.
+TARGETS_MAX, ENDPOINTS_MAX = owner_connections.TARGETS_LIMIT, 1000
+
 # What a team member (not owner/admin) may see of a team's connection (docs/api.md).
 MEMBER_CONNECTION_FIELDS = ("id", "owner", "kind", "name", "account_key", "fingerprint")
 
@@ -55,6 +63,11 @@ async def list_connections(req: Request) -> tuple[int, dict[str, Any]]:
     return 200, paged(req, "connections", rows, lambda c: c["id"], lambda c: c)
 
 
+def _endpoint_refs(refs: list[str] | None) -> list[str] | None:
+    """The allowlist's slugs, each once (in order): each is a lookup in the write transaction."""
+    return None if refs is None else list(dict.fromkeys(refs))
+
+
 async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = req.caller.write_scope(req.body.get("team"), "connections")
     row = await owner_connections.create_connection(
@@ -65,7 +78,7 @@ async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
         account_key=req.body["account_key"],
         secret=req.body["secret"],
         targets=req.body.get("targets"),
-        endpoints=req.body.get("endpoints"),
+        endpoints=_endpoint_refs(req.body.get("endpoints")),
         config=req.body.get("config"),
     )
     return 201, {"connection": _connection_for(req.caller, owner, row)}
@@ -84,6 +97,8 @@ async def patch_connection(req: Request) -> tuple[int, dict[str, Any]]:
     for key in ("name", "targets", "endpoints", "config"):
         if key in req.body:
             changes[key] = req.body[key]
+    if "endpoints" in changes:
+        changes["endpoints"] = _endpoint_refs(changes["endpoints"])
     if "config" in changes and changes["config"] is None:
         # null clears the config (as it makes none on create); ``update_connection`` reads None as
         # "unchanged", which would answer 200 and ignore it.
@@ -138,16 +153,31 @@ OPERATIONS: tuple[Operation, ...] = (
         body=(
             Param("team", "string", "Create for this team (owners/admins); default: the caller."),
             Param("kind", "string", "Connection kind (github, gitea, slack, cairn, …).", required=True),
-            Param("name", "string", "Unique in the scope.", required=True),
+            Param("name", "string", "Unique in the scope.", required=True, max_length=NAME_MAX),
             Param(
                 "account_key",
                 "string",
                 "Forge host, Slack team id or https base URL (with its path, for an instance under one).",
                 required=True,
+                max_length=ACCOUNT_KEY_MAX,
             ),
-            Param("secret", "string", "The credential (write-only).", required=True),
-            Param("targets", "array", "Allowlist globs (repos, channel ids, artifact ids).", nullable=True),
-            Param("endpoints", "array", "Endpoint slugs allowed to use it.", nullable=True),
+            Param("secret", "string", "The credential (write-only).", required=True, max_length=SECRET_MAX),
+            Param(
+                "targets",
+                "array",
+                "Allowlist globs (repos, channel ids, artifact ids); absent or null: none.",
+                nullable=True,
+                min_items=1,
+                max_items=TARGETS_MAX,
+            ),
+            Param(
+                "endpoints",
+                "array",
+                "Endpoint slugs allowed to use it; absent or null: none.",
+                nullable=True,
+                min_items=1,
+                max_items=ENDPOINTS_MAX,
+            ),
             Param("config", "object", "Kind-specific settings.", nullable=True),
         ),
     ),
@@ -170,9 +200,23 @@ OPERATIONS: tuple[Operation, ...] = (
         "ConnectionEnvelope",
         errors=(400, 401, 403, 404, 409),
         body=(
-            Param("name", "string", "New name."),
-            Param("targets", "array", "New targets allowlist (null: none).", nullable=True),
-            Param("endpoints", "array", "New endpoints allowlist (null: none).", nullable=True),
+            Param("name", "string", "New name.", max_length=NAME_MAX),
+            Param(
+                "targets",
+                "array",
+                "New targets allowlist (null: none).",
+                nullable=True,
+                min_items=1,
+                max_items=TARGETS_MAX,
+            ),
+            Param(
+                "endpoints",
+                "array",
+                "New endpoints allowlist (null: none).",
+                nullable=True,
+                min_items=1,
+                max_items=ENDPOINTS_MAX,
+            ),
             Param("config", "object", "New config (null: none).", nullable=True),
         ),
     ),
@@ -185,7 +229,7 @@ OPERATIONS: tuple[Operation, ...] = (
         rotate_connection,
         "ConnectionEnvelope",
         errors=(400, 401, 403, 404, 409),
-        body=(Param("secret", "string", "The new credential.", required=True),),
+        body=(Param("secret", "string", "The new credential.", required=True, max_length=SECRET_MAX),),
     ),
     Operation(
         "DELETE",

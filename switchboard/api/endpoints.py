@@ -19,6 +19,8 @@ from switchboard.models import Endpoint
 from switchboard.tenancy import CONNECTION_VERBS_WARNING, Owner
 
 FAMILIES = tuple(f for f in tenancy.VERB_FAMILIES if f != "basics")
+# The longest name ``tenancy.vend_endpoint`` takes, stated in the document (refused beyond it).
+NAME_MAX = 200
 
 
 async def visible_endpoint(req: Request, slug: str) -> Endpoint:
@@ -110,9 +112,15 @@ OPERATIONS: tuple[Operation, ...] = (
         status=201,
         errors=(400, 401, 403, 404, 409),
         body=(
-            Param("name", "string", "Human-readable name; the slug is derived from it.", required=True),
+            Param(
+                "name",
+                "string",
+                "Human-readable name; the slug is derived from it.",
+                required=True,
+                max_length=NAME_MAX,
+            ),
             Param("team", "string", "Vend for this team (owners/admins); default: the caller."),
-            Param("queues", "array", 'Granted queues (default ["default"]).'),
+            Param("queues", "array", 'Granted queues (absent: ["default"]).', min_items=1),
             Param("families", "array", f"Extra verb families: {', '.join(FAMILIES)}."),
             Param("expires_in_days", "integer", "Token lifetime.", nullable=True, minimum=1, maximum=3650),
             Param(

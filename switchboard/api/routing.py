@@ -50,6 +50,11 @@ class Param:
     maximum: int | None = None
     # The longest string accepted (refused beyond it, never cut).
     max_length: int | None = None
+    # The fewest items a list may hold: 1 where an empty list would be read as "left out" (a default
+    # queue, no allowlist at all) and so widen what the caller asked for.
+    min_items: int | None = None
+    # The most items a list may hold (refused beyond it, before the handler reads any).
+    max_items: int | None = None
     # The documented schema of an ``any`` field whose shape the handler checks itself, so that it
     # answers its own stable codes (a trust setting, a rule set) rather than ``invalid_argument``.
     shape: dict[str, Any] | None = None
@@ -72,6 +77,10 @@ class Param:
             base["maximum"] = self.maximum
         if self.max_length is not None:
             base["maxLength"] = self.max_length
+        if self.min_items is not None:
+            base["minItems"] = self.min_items
+        if self.max_items is not None:
+            base["maxItems"] = self.max_items
         if self.nullable and "type" in base:
             base["type"] = [base["type"], "null"]
         if self.description:
@@ -169,19 +178,29 @@ def _type_ok(param: Param, value: Any) -> bool:
         )
     if ok and param.type == "string" and param.max_length is not None:
         ok = len(value) <= param.max_length
+    if ok and param.type == "array" and param.min_items is not None:
+        ok = len(value) >= param.min_items
+    if ok and param.type == "array" and param.max_items is not None:
+        ok = len(value) <= param.max_items
     return ok
 
 
 def _describe(param: Param) -> str:
     if param.enum:
         return "one of " + ", ".join(param.enum)
-    noun = {"array": "a list of strings", "object": "a JSON object", "any": "any JSON value"}.get(
+    # An ``any`` field is refused only for null when it is not nullable: say so, not "any JSON value".
+    anything = "any JSON value" if param.nullable else "a JSON value other than null"
+    noun = {"array": "a list of strings", "object": "a JSON object", "any": anything}.get(
         param.type, f"a{'n' if param.type[0] in 'aeiou' else ''} {param.type}"
     )
     if param.type == "integer" and (param.minimum is not None or param.maximum is not None):
         noun += f" between {param.minimum} and {param.maximum}"
     if param.type == "string" and param.max_length is not None:
         noun += f" of at most {param.max_length} characters"
+    if param.type == "array" and param.min_items is not None:
+        noun += f" with at least {param.min_items} item{'' if param.min_items == 1 else 's'}"
+    if param.type == "array" and param.max_items is not None:
+        noun += f" of at most {param.max_items} items"
     return noun + (" or null" if param.nullable else "")
 
 
@@ -268,7 +287,9 @@ def _read_query(request: web.Request, params: tuple[Param, ...]) -> dict[str, An
         if not _no_nul(value):
             raise invalid(f"query parameter {name!r} must not contain NUL characters")
         if param.type == "integer":
-            if not re.fullmatch(r"-?\d{1,9}", value):
+            # ASCII digits only: ``\d`` (and ``int``) also take other scripts' digits (U+FF15, a
+            # full-width five), which the document's ``integer`` and the client's parser do not.
+            if not re.fullmatch(r"-?[0-9]{1,9}", value):
                 raise invalid(f"query parameter {name!r} must be {_describe(param)}")
             value = int(value)
         elif param.type == "boolean":

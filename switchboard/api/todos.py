@@ -35,21 +35,32 @@ from switchboard.todos import (
     show_in_scopes,
 )
 from switchboard.todos import operator as todo_ops
+from switchboard.todos.queries import SEARCH_MAX_CHARS
 
-# The filters ``GET /todos`` and ``POST /todos/requeue`` share (``todos.TodoFilter``).
+# The filters ``GET /todos`` and ``POST /todos/requeue`` share (``todos.TodoFilter``), each with
+# the longest value ``TodoFilter.of`` takes, stated in the document (refused beyond it).
+FILTER_MAX, TIME_MAX = 300, 40
 FILTERS = (
-    Param("endpoint", "string", "Only this endpoint's todos (its slug)."),
-    Param("queue", "string", "Only this queue."),
-    Param("source", "string", "Only this source kind (github, slack, manual, …)."),
-    Param("kind", "string", "Only this kind (the event, e.g. issue_comment.created)."),
-    Param("search", "string", "Only titles containing this text (any case)."),
+    Param("endpoint", "string", "Only this endpoint's todos (its slug).", max_length=FILTER_MAX),
+    Param("queue", "string", "Only this queue.", max_length=FILTER_MAX),
+    Param("source", "string", "Only this source kind (github, slack, manual, …).", max_length=FILTER_MAX),
+    Param("kind", "string", "Only this kind (the event, e.g. issue_comment.created).", max_length=FILTER_MAX),
+    Param("search", "string", "Only titles containing this text (any case).", max_length=SEARCH_MAX_CHARS),
     Param(
-        "place", "string", "Only todos whose reply address names this repository (owner/name) or channel id."
+        "place",
+        "string",
+        "Only todos whose reply address names this repository (owner/name) or channel id.",
+        max_length=FILTER_MAX,
     ),
     Param(
-        "since", "string", "Only todos created at or after this time (RFC 3339, or a date: its midnight UTC)."
+        "since",
+        "string",
+        "Only todos created at or after this time (RFC 3339, or a date: its midnight UTC).",
+        max_length=TIME_MAX,
     ),
-    Param("until", "string", "Only todos created before this time (RFC 3339, or a date)."),
+    Param(
+        "until", "string", "Only todos created before this time (RFC 3339, or a date).", max_length=TIME_MAX
+    ),
 )
 
 

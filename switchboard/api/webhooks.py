@@ -194,6 +194,10 @@ async def list_routes(req: Request) -> tuple[int, dict[str, Any]]:
     )
 
 
+# The longest instance and provider secret ``tenancy`` takes (``instances.normalize_instance``,
+# ``tenancy.set_webhook_secret``), stated in the document: refused beyond them.
+INSTANCE_MAX, SECRET_MAX = 300, 512
+
 # A webhook's name and description, on create and change: refused beyond their length, never cut.
 _LABELS = (
     Param("name", "string", "What you call it (optional).", max_length=tenancy.WEBHOOK_NAME_MAX),
@@ -237,6 +241,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "Pin the webhook to the instance it serves (github: the host, e.g. ghes.example.com; "
                 "gitea, cairn: the https base URL, path included). Default: bound by its first "
                 "verified delivery with a reply address.",
+                max_length=INSTANCE_MAX,
             ),
             *_LABELS,
             trust_param(
@@ -323,7 +328,9 @@ OPERATIONS: tuple[Operation, ...] = (
         set_webhook_secret,
         "WebhookEnvelope",
         errors=(400, 401, 403, 404),
-        body=(Param("secret", "string", "The provider's signing secret.", required=True),),
+        body=(
+            Param("secret", "string", "The provider's signing secret.", required=True, max_length=SECRET_MAX),
+        ),
     ),
     Operation(
         "POST",
