@@ -238,12 +238,16 @@ def _some(names: list[str], shown: int = 5) -> str:
 
 
 async def _keep_an_owner(s: AsyncSession, team_id: str, leaving: str) -> None:
-    others = await s.scalar(
+    # The team's owner rows locked, in one order (two owners going at once queue instead of
+    # deadlocking): on PostgreSQL a plain read saw another owner's uncommitted leave or demotion as
+    # not made, and two owners going at once left the team with none. SQLite serialises writes.
+    owners = await s.scalars(
         select(Membership.human_id)
-        .where(Membership.team_id == team_id, Membership.role == "owner", Membership.human_id != leaving)
-        .limit(1)
+        .where(Membership.team_id == team_id, Membership.role == "owner")
+        .order_by(Membership.human_id)
+        .with_for_update()
     )
-    if others is None:
+    if all(human_id == leaving for human_id in owners):
         raise conflict("a team must keep at least one owner")
 
 

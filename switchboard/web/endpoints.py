@@ -309,7 +309,12 @@ async def revoke_confirm(request: web.Request, viewer: Viewer) -> web.StreamResp
         open_todos = await s.scalar(
             select(func.count())
             .select_from(Todo)
-            .where(Todo.endpoint_id == endpoint.id, Todo.state.in_(("pending", "claimed", "failed")))
+            .where(
+                Todo.endpoint_id == endpoint.id,
+                Todo.state.in_(("pending", "claimed", "failed")),
+                # What ``revoke_endpoint`` dead-letters: its dead letters already are, and stay.
+                Todo.dead_letter.is_(False),
+            )
         )
     return confirm_page(
         viewer,

@@ -265,14 +265,37 @@ def authed(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]
         except Exception as exc:
             # The database being away (``db.is_unavailable``) is a 503 page the viewer may retry;
             # anything else is a bug, logged with its traceback.
-            where = f"{request.method} {request.path}"
             if is_unavailable(exc):
-                log.warning("web UI: database unavailable on %s: %s", where, type(exc).__name__)
-                status, message, title = 503, "The database is unavailable. Try again shortly.", "Unavailable"
-            else:
-                log.exception("web UI: unhandled error on %s", where)
-                status, message, title = 500, "Something went wrong on our side; it has been logged.", "Error"
-            return error_page(viewer, status, message, title)
+                return _unavailable(request, viewer, exc)
+            log.exception("web UI: unhandled error on %s %s", request.method, request.path)
+            return error_page(viewer, 500, "Something went wrong on our side; it has been logged.", "Error")
+
+    return wrapper
+
+
+def _unavailable(request: web.Request, viewer: Viewer | None, exc: Exception) -> web.Response:
+    """The page for a database outage (``db.is_unavailable``): a 503 the viewer may retry."""
+    log.warning("web UI: database unavailable on %s %s: %s", request.method, request.path, type(exc).__name__)
+    return error_page(viewer, 503, "The database is unavailable. Try again shortly.", "Unavailable")
+
+
+def outage_page(
+    fn: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """For the login page and form, which run outside ``authed``: the database being away is the
+    same 503 page as everywhere else in the UI, not the app's JSON ``500 internal`` (and a logged
+    traceback) that any other exception gets."""
+
+    @wraps(fn)
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            return _unavailable(request, None, exc)
 
     return wrapper
 
@@ -343,6 +366,7 @@ def _user_agent(request: web.Request) -> str | None:
     return text.strip()[:USER_AGENT_MAX] or None
 
 
+@outage_page
 async def login_form(request: web.Request) -> web.StreamResponse:
     next_ = safe_next(request.query.get("next"))
     if await load_viewer(request) is not None:
@@ -354,6 +378,7 @@ async def login_form(request: web.Request) -> web.StreamResponse:
     return response
 
 
+@outage_page
 async def login(request: web.Request) -> web.StreamResponse:
     services = services_of(request)
     try:

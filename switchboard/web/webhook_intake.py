@@ -111,6 +111,7 @@ def _trust_section(
     kind: SourceKind | None,
     manage: bool,
     form: Mapping[str, str] | None,
+    error: SwitchboardError | None = None,
 ) -> Safe:
     view = intake_config.trust_view(kind, webhook)
     spec = kind.trust if kind is not None else None
@@ -142,7 +143,12 @@ def _trust_section(
         "trust-form",
         join([fields, Safe('<p><button type="submit">Save trusted actors</button></p>')]),
     )
-    return h('<section class="card">{shown}{editor}</section>', shown=shown, editor=editor)
+    return h(
+        '<section class="card">{shown}{refusal}{editor}</section>',
+        shown=shown,
+        refusal=_refusal(webhook, error) if error is not None else EMPTY,
+        editor=editor,
+    )
 
 
 def _refusal(webhook: Webhook, error: SwitchboardError) -> Safe:
@@ -300,8 +306,20 @@ async def render(
         links=join(links),
         facts=kv(facts),
         held=quarantined,
-        trust=_trust_section(viewer, webhook, kind, manage, trust_form),
-        rules=_rules_section(viewer, webhook, rules["routing"], rules["active"], manage, rules_text, error),
+        # A refusal is shown in the card of the form that was sent (the trusted actors' form comes
+        # back with ``trust_form``, the rules' with ``rules_text``), not under the other one.
+        trust=_trust_section(
+            viewer, webhook, kind, manage, trust_form, error if trust_form is not None else None
+        ),
+        rules=_rules_section(
+            viewer,
+            webhook,
+            rules["routing"],
+            rules["active"],
+            manage,
+            rules_text,
+            error if rules_text is not None else None,
+        ),
         dry=_dry_section(webhook, dry) if dry is not None else EMPTY,
     )
     return page(
