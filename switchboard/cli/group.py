@@ -6,13 +6,14 @@ package's ``__init__`` imports every command module once, which is what register
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from switchboard.cli.output import fail
+from switchboard.cli.output import fail, printable
 from switchboard.errors import SwitchboardError
 from switchboard.sanitize import lone_surrogate
 
@@ -28,6 +29,12 @@ class Group(click.Group):
     ) -> Any:
         """Usage errors too are one line on stderr (click's own are three), exit code 2. Click's
         standalone mode is always off whatever the caller asks: its error printing is replaced here."""
+        for stream in (sys.stdout, sys.stderr):
+            # A terminal whose locale is not UTF-8 (ISO-8859-1, say) cannot encode every character
+            # text output holds (the `…` of a token prefix, `→`, a sender's title): Python's strict
+            # encoding ended a listing in a traceback. Such a character is shown escaped instead.
+            if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+                stream.reconfigure(errors="backslashreplace")
         for arg in sys.argv[1:] if args is None else args:
             # Bytes that are not UTF-8 arrive as lone surrogates and would fail deep in a driver.
             if isinstance(arg, str) and lone_surrogate(arg):
@@ -46,10 +53,14 @@ class Group(click.Group):
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-            click.echo(f"error: usage: {exc.format_message()}{where}", err=True)
+            # Click quotes some arguments as given ("Got unexpected extra argument (…)"): a newline
+            # or an escape sequence in one would break the one line or reach the terminal.
+            click.echo(
+                f"error: usage: {printable(exc.format_message(), keep_newlines=False)}{where}", err=True
+            )
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
+            click.echo(f"error: {printable(exc.format_message(), keep_newlines=False)}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("error: aborted", err=True)

@@ -65,6 +65,9 @@ async def _check_migrated(db: Database) -> None:
                 # Not `is_unavailable`: SQLite answers a missing table with an OperationalError,
                 # which that would call an outage.
                 raise _NoSchema from None
+            if version is None:
+                # The table without a row: migrated down to base (`alembic downgrade base`).
+                raise _NoSchema
     except _NoSchema:
         raise SwitchboardError(
             "unavailable", "the database has no Switchboard schema (run `switchboard db upgrade`)"
@@ -116,13 +119,15 @@ async def _open(settings: Settings, *, warn_plaintext: bool) -> AsyncIterator[Se
         ) from None
     try:
         await _check_migrated(services.db)
+        yield services
+        # Said once the command has stored its secret: a refused command prints its one `error:`
+        # line alone on stderr (a script reads it), and it stored nothing to warn about.
         if warn_plaintext and not services.vault.has_key:
             click.echo(
                 "warning: no SWITCHBOARD_SECRET_ENCRYPTION_KEY: webhook signing secrets are stored in "
                 "plaintext (run `switchboard keygen` and configure one)",
                 err=True,
             )
-        yield services
     finally:
         # `connection test` dials through the guarded client; close it before the loop ends.
         await outbound.close_client(services)

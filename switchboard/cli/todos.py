@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from switchboard import todos
 from switchboard.cli.group import main
-from switchboard.cli.output import emit, fail, json_option, table, when
+from switchboard.cli.output import emit, fail, json_option, printable, table, when
 from switchboard.cli.pages import page_options, with_hint
 from switchboard.cli.runner import do
 from switchboard.db import rfc3339
@@ -98,6 +98,17 @@ def filter_options(fn: Any) -> Any:
     return fn
 
 
+def _filters(state: str | None, filters: dict[str, str | None]) -> todos.TodoFilter:
+    """The checked filter of ``todo list`` or a bulk ``todo requeue``. ``TodoFilter.of`` reads ""
+    as no filter (the board's empty form fields); here ``--queue "$QUEUE"`` with the variable unset
+    would then take every queue's todos (a bulk requeue: every queue's dead letters), so an empty
+    value is refused, as the API refuses it."""
+    for name, value in filters.items():
+        if value == "":
+            raise invalid(f"--{name} must not be empty (leave it out for every {name})")
+    return todos.TodoFilter.of(state=state, **filters)
+
+
 def _state_label(t: dict[str, Any]) -> str:
     return str(t["state"]) + (" (dead)" if t["dead_letter"] else "")
 
@@ -116,7 +127,7 @@ def todo_list(
         return await todos.list_in_scopes(
             services.db,
             scopes=None,
-            filters=todos.TodoFilter.of(state=state, **filters),
+            filters=_filters(state, filters),
             before=before,
             after=after,
             limit=limit,
@@ -159,10 +170,12 @@ def _detail_lines(row: dict[str, Any]) -> list[str]:
         lines.append(f"reply to: {row['reply_to'].get('display', row['reply_to'].get('kind'))}")
     lines += _intake_lines(row)
     for a in row["attempts"]:
+        # The agent wrote the summary and the error: a line break in them printed as lines of this
+        # account of its own (a "reply … sent" never posted), so each stays on its attempt's line.
         lines.append(
             f"attempt {a['number']}: {a['endpoint']} claimed {a['claimed_at']} → {a['outcome'] or 'open'}"
-            + (f" ({a['summary']})" if a.get("summary") else "")
-            + (f" error: {a['error']}" if a.get("error") else "")
+            + (f" ({printable(a['summary'], keep_newlines=False)})" if a.get("summary") else "")
+            + (f" error: {printable(a['error'], keep_newlines=False)}" if a.get("error") else "")
         )
     for r in row["replies"]:
         lines.append(
@@ -294,7 +307,7 @@ def todo_requeue(
     async def go(services: Services) -> dict[str, Any]:
         return await todo_ops.requeue_matching(
             services,
-            todos.TodoFilter.of(state=state, **filters),
+            _filters(state, filters),
             scopes=None,
             actor=todo_ops.Actor.cli(),
             limit=todo_ops.BULK_LIMIT_DEFAULT if limit is None else limit,
