@@ -60,6 +60,10 @@ _MAX = {
     "description": f"Claim up to this many todos at once (1-{todos.CLAIM_MAX}, default 1). Above 1 the "
     'answer is {"todos": [...]}. Only take what you will finish within the lease.',
 }
+# At most this many endpoints in a connection's allowlist (``create_connection``'s ``endpoints``).
+CONNECTION_ENDPOINTS_MAX = 1000
+# The list arguments' bounds, checked before the schema (``validation_message``).
+LIST_ITEMS_MAX = {"targets": connections.TARGETS_LIMIT, "endpoints": CONNECTION_ENDPOINTS_MAX}
 _CREDENTIAL_WARNING = (
     " This verb hands you the owner's outbound credentials: connections are what reply posts "
     "with. You never see a secret (only fingerprints), but what you create or change here decides "
@@ -190,8 +194,16 @@ TOOLS: dict[str, types.Tool] = {
                     "name": {"type": "string", "minLength": 1, "maxLength": 100},
                     "account_key": {"type": "string", "minLength": 1, "maxLength": 300},
                     "secret": {"type": "string", "minLength": 1},
-                    "targets": {"type": "array", "items": {"type": "string"}},
-                    "endpoints": {"type": "array", "items": {"type": "string"}},
+                    "targets": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "maxItems": LIST_ITEMS_MAX["targets"],
+                    },
+                    "endpoints": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "maxItems": LIST_ITEMS_MAX["endpoints"],
+                    },
                     "config": {"type": "object"},
                 },
                 ("kind", "name", "account_key", "secret"),
@@ -218,10 +230,28 @@ TOOLS: dict[str, types.Tool] = {
 }
 assert set(TOOLS) == set(tenancy.ALL_VERBS), "every granted verb needs exactly one tool"
 VALIDATORS = {name: Draft202012Validator(tool.input_schema) for name, tool in TOOLS.items()}
+# The tools whose schema has a bounded list argument.
+_WITH_LISTS = frozenset(
+    name for name, tool in TOOLS.items() if LIST_ITEMS_MAX.keys() & tool.input_schema["properties"].keys()
+)
+
+
+def _too_many_items(arguments: dict[str, Any]) -> str | None:
+    """A list argument over its bound. Checked before the schema: the validator walks every item of
+    a list (and makes an error for each bad one) on the event loop, whatever ``maxItems`` says, so
+    a call of a few MB, half a million items, held the whole server for tens of seconds."""
+    for key in sorted(LIST_ITEMS_MAX.keys() & arguments.keys()):
+        value = arguments[key]
+        if isinstance(value, list) and len(value) > LIST_ITEMS_MAX[key]:
+            return f"{key} violates maxItems {LIST_ITEMS_MAX[key]}"
+    return None
 
 
 def validation_message(name: str, arguments: dict[str, Any]) -> str | None:
     """The first schema violation, described without echoing the value (it may be a secret)."""
+    too_many = _too_many_items(arguments) if name in _WITH_LISTS else None
+    if too_many is not None:
+        return too_many
     error = next(iter(sorted(VALIDATORS[name].iter_errors(arguments), key=lambda e: list(e.path))), None)
     if error is None:
         return None
@@ -238,7 +268,7 @@ def validation_message(name: str, arguments: dict[str, Any]) -> str | None:
         return f"{where} must be of type {error.validator_value}"
     if kind == "enum":
         return f"{where} must be one of {', '.join(map(str, error.validator_value))}"
-    if kind in ("minimum", "maximum", "minLength", "maxLength"):
+    if kind in ("minimum", "maximum", "minLength", "maxLength", "maxItems"):
         return f"{where} violates {kind} {error.validator_value}"
     return f"{where} is invalid ({kind})"
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    cast,
     column,
     func,
     select,
@@ -29,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from switchboard.db import Database, PostgreSQLRun, SQLiteRun
+from switchboard.sanitize import json_text
 from switchboard.todos.statements import (
     ATTEMPTS,
     CLAIMED,
@@ -87,13 +89,17 @@ def _complete_postgresql() -> Select[Any]:
         func.unnest(
             bindparam("p_todo_ids", type_=STRINGS),
             bindparam("p_token_hashes", type_=STRINGS),
-            bindparam("p_results", type_=ARRAY(JSON(none_as_null=True))),
+            # Each result as its JSON text (``complete_postgresql``), made JSON again below: an array
+            # of JSON values read a result that is itself a list as a further dimension of the array,
+            # which ``unnest`` flattens (the todo kept the list's first item, and completes combined
+            # in one statement were handed one another's items).
+            bindparam("p_results", type_=ARRAY(Text)),
             bindparam("p_summaries", type_=ARRAY(Text)),
         )
         .table_valued(
             column("todo_id", String),
             column("token_hash", String),
-            column("result", JSON),
+            column("result", Text),
             column("summary", Text),
             with_ordinality="n",
         )
@@ -119,7 +125,7 @@ def _complete_postgresql() -> Select[Any]:
             T.lease_token_hash.is_not_distinct_from(given.c.token_hash),
             T.updated_at == as_seen,
         )
-        .values(**{**_DONE_VALUES, "result": given.c.result})
+        .values(**{**_DONE_VALUES, "result": cast(given.c.result, JSON)})
         .returning(*VIEW, given.c.summary, given.c.n)
         .cte("finished")
     )
@@ -179,7 +185,8 @@ async def complete_postgresql(
         "p_now": now,
         "p_todo_ids": todo_ids,
         "p_token_hashes": token_hashes,
-        "p_results": results,
+        # SQL NULL stays NULL (no result), as ``_DONE_VALUES`` stores it.
+        "p_results": [None if result is None else json_text(result) for result in results],
         "p_summaries": summaries,
     }
     statement = _complete_postgresql()

@@ -8,7 +8,6 @@ expired and retry-due todos to ``pending``.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from switchboard.db import Database, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid, not_found
 from switchboard.ids import new_id, new_token, token_hash
 from switchboard.models import Attempt, Endpoint, Todo
+from switchboard.sanitize import json_text
 from switchboard.services import Services
 from switchboard.tenancy import MAX_LEASE_SECONDS, check_queue
 from switchboard.todos.batching import claim_rows, complete_row
@@ -89,6 +89,15 @@ def _text(value: Any, name: str, limit: int) -> str | None:
     if len(value) > limit:
         raise invalid(f"{name} is longer than {limit} characters")
     return value
+
+
+def _json_bytes(value: Any) -> int:
+    """The size of ``value`` as JSON in UTF-8, as it is stored and sent (``json.dumps`` would count
+    each non-ASCII character as a six-character escape: a result in Chinese met 1 MiB at 350 KB)."""
+    try:
+        return len(json_text(value).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError, RecursionError):
+        raise invalid("result must be a JSON value") from None
 
 
 def _check_token(value: Any) -> str | None:
@@ -350,7 +359,7 @@ async def complete(
     todo_id = _check_todo_id(todo_id)
     summary = _text(summary, "summary", SUMMARY_MAX_CHARS)
     token = _check_token(lease_token)
-    if result is not None and len(json.dumps(result, default=str)) > RESULT_MAX_BYTES:
+    if result is not None and _json_bytes(result) > RESULT_MAX_BYTES:
         raise invalid("result is larger than 1 MiB")
     # A statement that saw the todo change while it ran writes nothing (``complete_row``); the
     # caller may still hold it, the change a heartbeat of its own claim (its loop beside the work,
