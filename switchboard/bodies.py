@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiohttp import hdrs, web
+from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
@@ -78,7 +78,7 @@ async def admit(request: web.Request, rule: BodyRule) -> web.Request:
         raise _too_large(rule)
     if not request.body_exists or not rule.read_here:
         return request
-    header = request.headers.get(hdrs.CONTENT_ENCODING)
+    header = content_coding.header_of(request.headers)
     try:
         # An encoding not decoded here is refused before a byte of the body is read.
         coded = content_coding.check(header)

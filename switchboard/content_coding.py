@@ -15,6 +15,9 @@ than the cap plus one byte, whatever the compressed body would expand to.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
+
+from multidict import CIMultiDictProxy
 
 # zlib's window bits for each format: gzip's header and trailer, zlib's, or none (raw deflate).
 _GZIP = 16 + zlib.MAX_WBITS
@@ -30,6 +33,29 @@ class Undecodable(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+def header_of(headers: CIMultiDictProxy[str] | Mapping[str, str]) -> str | None:
+    """The codings on a request's body as it arrives, as one ``Content-Encoding`` value: every line
+    of that header, joined in order (RFC 9110 §5.3), then the ``Transfer-Encoding`` codings but
+    ``chunked`` (applied after them, RFC 9112 §6.1; aiohttp undoes only ``chunked``). Reading only
+    the first line left a second gzip layer on the body and never refused a coding named on the
+    second line, and a ``Transfer-Encoding: gzip, chunked`` body was stored compressed. None when
+    there is none."""
+    named = _lines(headers, "Content-Encoding")
+    named += [
+        coding
+        for line in _lines(headers, "Transfer-Encoding")
+        for coding in line.split(",")
+        if coding.strip().lower() not in ("", "chunked")
+    ]
+    return ", ".join(named) if named else None
+
+
+def _lines(headers: CIMultiDictProxy[str] | Mapping[str, str], name: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    lines = getall(name, []) if callable(getall) else [headers.get(name)]
+    return [line for line in lines if isinstance(line, str)]
 
 
 def codings(header: str | None) -> list[str]:
@@ -51,7 +77,7 @@ def check(header: str | None) -> list[str]:
             raise Undecodable(
                 415,
                 "unsupported_encoding",
-                f"Content-Encoding {shown!r} is not accepted (gzip, deflate and identity are)",
+                f"the coding {shown!r} is not accepted (gzip, deflate and identity are)",
             )
     return named
 

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from aiohttp import hdrs, web
+from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
@@ -104,7 +104,7 @@ INGEST_CONFIGS = web.AppKey("ingest_configs", ConfigCache)
 async def _read_body(request: web.Request) -> bytes:
     """The body as it was sent, its ``Content-Encoding`` undone (``content_coding``): whole, or a
     ``Refusal``."""
-    header = request.headers.get(hdrs.CONTENT_ENCODING)
+    header = content_coding.header_of(request.headers)
     try:
         # An encoding not decoded here is refused before a byte of the body is read.
         coded = content_coding.check(header)

@@ -300,10 +300,11 @@ async def intake(
     )
     # The todos of the plan, all with the same payload (encoded once) and reply address.
     rows = todo_rows(decided, content)
-    if not rows and verdict.secondary_key:
+    if verdict.secondary_key and (not rows or decided.hold is not None):
         # A provider's second key folds the other deliveries of one thing into the todo this one
-        # makes (Slack's ``message`` and ``app_mention`` of one message). A delivery that made none
-        # (a rule dropped it) must not claim the key: the other delivery, which a rule may pick
-        # ("only mentions"), would be a duplicate of nothing and its todo never made.
+        # makes (Slack's ``message`` and ``app_mention`` of one message). A delivery that made no
+        # work (a rule dropped it, or held it for a look) must not claim the key: the other
+        # delivery, which a rule may pick ("only mentions"), would be a duplicate of nothing (or
+        # of the held one) and its todo never made.
         event["secondary_key"] = None
     return decided, rows

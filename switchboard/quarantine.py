@@ -28,12 +28,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import Database, rfc3339, utcnow
 from switchboard.errors import SwitchboardError, conflict, invalid
-from switchboard.ingest_config import Target, config_by_token_hash
+from switchboard.ingest_config import Target, WebhookConfig, config_by_token_hash
 from switchboard.intake import Content, Mint, Plan, plan, todo_rows
-from switchboard.intake_config import Caller, Unreadable, owned_webhook, reread, trust_delivery_actor
+from switchboard.intake_config import (
+    Caller,
+    Reread,
+    Unreadable,
+    owned_webhook,
+    reread,
+    trust_delivery_actor,
+)
 from switchboard.models import Endpoint, Event, Todo, TodoEvent, Webhook
 from switchboard.paging import Page, check_page, stamp
-from switchboard.provider import Address
+from switchboard.provider import Address, SourceKind
 from switchboard.sanitize import clean_line
 from switchboard.services import Services
 from switchboard.tenancy import Owner, check_queue, endpoint_is_live
@@ -288,12 +295,7 @@ async def _to_queue(
     now = utcnow()
     async with services.db.write() as s:
         held, endpoint = await _locked_held(s, caller, todo_id)
-        if queue not in endpoint.queues:
-            raise SwitchboardError(
-                "not_granted", f"queue {queue!r} is not granted to endpoint {endpoint.slug!r}", queue=queue
-            )
-        if not endpoint_is_live(endpoint, now):
-            raise conflict(f"endpoint {endpoint.slug!r} is not active: nothing could claim a todo there")
+        _check_destination(endpoint, queue, now)
         target = Target(endpoint.id, endpoint.slug, Owner.of(endpoint).id)
         why = f"released from quarantine to queue {queue} by {caller.actor.label}"
         trace = {
@@ -312,6 +314,16 @@ async def _to_queue(
         view = held_view(held, endpoint.slug, await _webhook_of(s, held))
     await _made(services, [m["id"] for m in made])
     return {"todo": view, "event": history_view(event), "outcome": "routed", "todos": made, "routing": trace}
+
+
+def _check_destination(endpoint: Endpoint, queue: str, now: datetime) -> None:
+    """A release to ``queue`` of the held todo's own ``endpoint`` can make its todo there."""
+    if queue not in endpoint.queues:
+        raise SwitchboardError(
+            "not_granted", f"queue {queue!r} is not granted to endpoint {endpoint.slug!r}", queue=queue
+        )
+    if not endpoint_is_live(endpoint, now):
+        raise conflict(f"endpoint {endpoint.slug!r} is not active: nothing could claim a todo there")
 
 
 def _actor(held: Todo) -> Any:
@@ -346,6 +358,29 @@ async def _made(services: Services, todo_ids: list[str]) -> None:
 async def _decide_again(services: Services, caller: Caller, todo_id: str) -> Plan:
     """Routing run again on the held todo's stored delivery with trust satisfied (its webhook's
     rules and targets as they are now)."""
+    held, event, config, kind, targets, got = await _rerun_inputs(services, caller, todo_id)
+    address = Address.from_dict(held.reply_to) if held.reply_to else None
+    return await plan(
+        services,
+        config,
+        kind,
+        got.delivery,
+        got.verdict,
+        got.verified,
+        address,
+        targets,
+        trusted=True,
+        # A payload kept on the event (``Todo.payload`` null) is the event's body.
+        encoded=(None, held.payload if held.payload is not None else event.body),
+    )
+
+
+async def _rerun_inputs(
+    services: Services, caller: Caller, todo_id: str
+) -> tuple[Todo, Event, WebhookConfig, SourceKind, list[Target], Reread]:
+    """What running routing again needs (``conflict`` when it cannot run): the held todo, its
+    stored delivery, its webhook as it is now, the kind, the live targets and the delivery read
+    again through the kind's verifier. Nothing is written."""
     async with services.db.read() as s:
         held, _ = await _held_in_scopes(s, caller, todo_id)
         event = await s.get(Event, held.event_id) if held.event_id else None
@@ -364,20 +399,7 @@ async def _decide_again(services: Services, caller: Caller, todo_id: str) -> Pla
         got = reread(services, config, kind, event)
     except Unreadable as exc:
         raise conflict(f"routing cannot run again: {exc}{instead}") from None
-    address = Address.from_dict(held.reply_to) if held.reply_to else None
-    return await plan(
-        services,
-        config,
-        kind,
-        got.delivery,
-        got.verdict,
-        got.verified,
-        address,
-        targets,
-        trusted=True,
-        # A payload kept on the event (``Todo.payload`` null) is the event's body.
-        encoded=(None, held.payload if held.payload is not None else event.body),
-    )
+    return held, event, config, kind, targets, got
 
 
 async def _rerun(services: Services, caller: Caller, todo_id: str, action: str, note: str) -> dict[str, Any]:
@@ -422,7 +444,8 @@ async def release(
     """Release a held todo (see the module docstring): with ``queue``, one todo on that queue of its
     endpoint (``not_granted`` outside the endpoint's grant); else routing runs again on its stored
     delivery with trust satisfied. ``trust`` first adds the delivery's actor to the webhook's trusted
-    actors (committed on its own, so it stays even if the release then finds the todo decided).
+    actors, once the release's own checks have passed (committed on its own, so it stays only if a
+    concurrent decision then finds the todo decided).
 
     ``{"todo", "event", "outcome", "todos", "routing", "trusted"}``: the held todo as it is now
     (``cancelled``, or still ``held`` when routing held it again), its history row, what routing
@@ -432,10 +455,16 @@ async def release(
     note = ""
     if trust:
         async with services.db.read() as s:
-            held, _ = await _held_in_scopes(s, caller, todo_id)
+            held, endpoint = await _held_in_scopes(s, caller, todo_id)
             webhook_id = await _webhook_of(s, held)
         if webhook_id is None:
             raise conflict(f"todo {held.id}'s webhook is gone: there is no trust to add to")
+        # The release's own refusals first, before the trust (committed on its own) changes: a
+        # refused "trust and release" must not leave the webhook trusting someone new.
+        if queue is not None:
+            _check_destination(endpoint, check_queue(queue), utcnow())
+        else:
+            await _rerun_inputs(services, caller, todo_id)
         trusted = await trust_delivery_actor(services, caller, webhook_id, _actor(held))
         note = f"trusted {', '.join(trusted)}; " if trusted else "already trusted; "
     action = "trust_release" if trust else "release"
