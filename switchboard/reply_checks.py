@@ -79,8 +79,10 @@ def check_state(
             raise refuse("not_claimed", "the todo's lease has expired; claim it again to reply")
         check_fence(todo_id, todo.lease_token_hash, lease_token)
         return
-    # Finished: the claim a token fenced is over (its hash is cleared), so a token is not checked;
-    # the grace window belongs to the endpoint that finished the todo.
+    # Finished: the grace window belongs to the endpoint that finished the todo, and to the claim
+    # that finished it. A fenced claim's token hash is kept when it completes or fails: a worker
+    # whose lease ran out, and whose todo another claim then finished, is refused as it was while
+    # that claim was open (before, a finished todo checked no token).
     if todo.finished_by != endpoint.id or todo.finished_at is None:
         raise refuse("reply_window_closed", "the todo was not finished by this endpoint")
     if now - todo.finished_at > timedelta(seconds=grace_seconds):
@@ -88,6 +90,7 @@ def check_state(
             "reply_window_closed",
             f"replies are accepted for {grace_seconds} seconds after the todo is completed or failed",
         )
+    check_fence(todo_id, todo.lease_token_hash, lease_token)
 
 
 def check_fence(todo_id: str, lease_token_hash: str | None, lease_token: str | None) -> None:

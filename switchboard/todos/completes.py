@@ -66,7 +66,8 @@ _DONE_VALUES: dict[str, Any] = {
     # None stays SQL NULL, as the ORM stored it (a plain JSON bind would store the JSON 'null').
     "result": bindparam("p_result", type_=JSON(none_as_null=True)),
     "lease_expires_at": None,
-    "lease_token_hash": None,
+    # The finishing claim's token hash stays: a reply in the grace window is fenced as the claim
+    # was (reply_checks.check_state), so a superseded worker cannot answer for this claim's work.
     "next_ring_at": None,
     "finished_at": param("p_now", T.finished_at),
     "finished_by": param("p_endpoint_id", T.finished_by),

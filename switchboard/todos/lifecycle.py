@@ -424,16 +424,19 @@ async def fail(
         replies = await _attempt_closed(
             s, todo, outcome="dead_lettered" if last else "failed", ended_at=now, summary=summary, error=error
         )
+        # The failing claim's token hash stays, as a complete's does: a reply in the grace window
+        # is fenced as the claim was (reply_checks.check_state). A retry clears it (back_to_pending).
+        fenced = todo.lease_token_hash
         if last:
             _dead_letter(todo, now, "attempts_exhausted")
         else:
             todo.state = "failed"
             todo.next_retry_at = now + timedelta(seconds=retry_delay(todo.attempt))
             todo.lease_expires_at = None
-            todo.lease_token_hash = None
             todo.next_ring_at = None
             todo.updated_at = now
         todo.finished_at, todo.finished_by = now, endpoint.id
+        todo.lease_token_hash = fenced
         return todo_row(todo, replies)
 
 
