@@ -39,6 +39,9 @@ log = logging.getLogger("switchboard.connections")
 NAME_LIMIT = 100
 SECRET_LIMIT = 4096
 TARGETS_LIMIT = 100
+# Each slug is looked up inside the connection's write transaction: an unbounded list held the
+# database's writer, and every other tenant's writes, for as long as it took.
+ENDPOINTS_LIMIT = 1000
 TARGET_RE = re.compile(r"[A-Za-z0-9._/*?\[\]!-]{1,200}")
 CONFIG_LIMIT = 8192
 # Deeper config is refused before it is encoded: the column's encoder (orjson, then the standard
@@ -136,6 +139,10 @@ def _targets(targets: object) -> list[str] | None:
         return None
     if isinstance(targets, str) or not isinstance(targets, list | tuple):
         raise invalid("targets must be a list of globs")
+    if not targets:
+        # Read as "no allowlist" before, which serves every target: the opposite of a list that
+        # names none. Leaving it out (or null) is how to ask for that.
+        raise invalid("targets must name at least one glob; leave it out (or null) to allow every target")
     if len(targets) > TARGETS_LIMIT:
         raise invalid(f"at most {TARGETS_LIMIT} targets")
     out: list[str] = []
@@ -153,17 +160,36 @@ async def _endpoints(s: AsyncSession, owner: Owner, endpoints: object) -> list[s
         return None
     if isinstance(endpoints, str) or not isinstance(endpoints, list | tuple):
         raise invalid("endpoints must be a list of endpoint slugs")
-    ids: list[str] = []
+    if not endpoints:
+        # As for targets: an empty list is not "every endpoint of the owner".
+        raise invalid(
+            "endpoints must name at least one endpoint; leave it out (or null) to allow all of them"
+        )
+    if len(endpoints) > ENDPOINTS_LIMIT:
+        raise invalid(f"at most {ENDPOINTS_LIMIT} endpoints")
     for ref in endpoints:
         if not isinstance(ref, str) or not ref or len(ref) > 63:
             raise invalid(f"endpoint {ref!r} is not an endpoint slug")
-        column = Endpoint.id if ref.startswith("ep_") else Endpoint.slug
-        ep = await s.scalar(select(Endpoint).where(column == ref))
+    refs: list[str] = list(dict.fromkeys(endpoints))
+    # One read for the whole list: each ref a slug, or an id when it looks like one (a slug has no
+    # underscore, so the two never meet).
+    rows = await s.scalars(
+        select(Endpoint).where(
+            Endpoint.slug.in_([r for r in refs if not r.startswith("ep_")])
+            | Endpoint.id.in_([r for r in refs if r.startswith("ep_")])
+        )
+    )
+    found: dict[str, Endpoint] = {}
+    for ep in rows.all():
+        found[ep.id] = found[ep.slug] = ep
+    ids: list[str] = []
+    for ref in refs:
+        ep = found.get(ref)
         if ep is None or Owner.of(ep) != owner:
             raise invalid(f"endpoint {ref!r} is not an endpoint of this connection's owner")
         if ep.id not in ids:
             ids.append(ep.id)
-    return ids or None
+    return ids
 
 
 def _config(config: object) -> dict[str, Any]:

@@ -22,10 +22,8 @@ from switchboard.tenancy import Owner
 # The bounds ``connections`` checks, stated in the document (refused beyond them, never cut).
 NAME_MAX, SECRET_MAX = owner_connections.NAME_LIMIT, owner_connections.SECRET_LIMIT
 ACCOUNT_KEY_MAX = 300
-# The allowlists' lengths. Each endpoint slug is looked up inside the connection's write
-# transaction, so an unbounded list (a few MiB of one slug repeated) held the database's writer for
-# minutes and every other tenant's writes behind it; 1000 as MCP's ``create_connection``.
-TARGETS_MAX, ENDPOINTS_MAX = owner_connections.TARGETS_LIMIT, 1000
+# The allowlists' lengths (``connections`` refuses longer ones, on every surface).
+TARGETS_MAX, ENDPOINTS_MAX = owner_connections.TARGETS_LIMIT, owner_connections.ENDPOINTS_LIMIT
 
 # What a team member (not owner/admin) may see of a team's connection (docs/api.md).
 MEMBER_CONNECTION_FIELDS = ("id", "owner", "kind", "name", "account_key", "fingerprint")
@@ -63,11 +61,6 @@ async def list_connections(req: Request) -> tuple[int, dict[str, Any]]:
     return 200, paged(req, "connections", rows, lambda c: c["id"], lambda c: c)
 
 
-def _endpoint_refs(refs: list[str] | None) -> list[str] | None:
-    """The allowlist's slugs, each once (in order): each is a lookup in the write transaction."""
-    return None if refs is None else list(dict.fromkeys(refs))
-
-
 async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
     owner = req.caller.write_scope(req.body.get("team"), "connections")
     row = await owner_connections.create_connection(
@@ -78,7 +71,7 @@ async def create_connection(req: Request) -> tuple[int, dict[str, Any]]:
         account_key=req.body["account_key"],
         secret=req.body["secret"],
         targets=req.body.get("targets"),
-        endpoints=_endpoint_refs(req.body.get("endpoints")),
+        endpoints=req.body.get("endpoints"),
         config=req.body.get("config"),
     )
     return 201, {"connection": _connection_for(req.caller, owner, row)}
@@ -97,8 +90,6 @@ async def patch_connection(req: Request) -> tuple[int, dict[str, Any]]:
     for key in ("name", "targets", "endpoints", "config"):
         if key in req.body:
             changes[key] = req.body[key]
-    if "endpoints" in changes:
-        changes["endpoints"] = _endpoint_refs(changes["endpoints"])
     if "config" in changes and changes["config"] is None:
         # null clears the config (as it makes none on create); ``update_connection`` reads None as
         # "unchanged", which would answer 200 and ignore it.

@@ -60,10 +60,8 @@ _MAX = {
     "description": f"Claim up to this many todos at once (1-{todos.CLAIM_MAX}, default 1). Above 1 the "
     'answer is {"todos": [...]}. Only take what you will finish within the lease.',
 }
-# At most this many endpoints in a connection's allowlist (``create_connection``'s ``endpoints``).
-CONNECTION_ENDPOINTS_MAX = 1000
 # The list arguments' bounds, checked before the schema (``validation_message``).
-LIST_ITEMS_MAX = {"targets": connections.TARGETS_LIMIT, "endpoints": CONNECTION_ENDPOINTS_MAX}
+LIST_ITEMS_MAX = {"targets": connections.TARGETS_LIMIT, "endpoints": connections.ENDPOINTS_LIMIT}
 _CREDENTIAL_WARNING = (
     " This verb hands you the owner's outbound credentials: connections are what reply posts "
     "with. You never see a secret (only fingerprints), but what you create or change here decides "
@@ -197,11 +195,13 @@ TOOLS: dict[str, types.Tool] = {
                     "targets": {
                         "type": "array",
                         "items": {"type": "string"},
+                        "minItems": 1,
                         "maxItems": LIST_ITEMS_MAX["targets"],
                     },
                     "endpoints": {
                         "type": "array",
                         "items": {"type": "string"},
+                        "minItems": 1,
                         "maxItems": LIST_ITEMS_MAX["endpoints"],
                     },
                     "config": {"type": "object"},
@@ -268,7 +268,7 @@ def validation_message(name: str, arguments: dict[str, Any]) -> str | None:
         return f"{where} must be of type {error.validator_value}"
     if kind == "enum":
         return f"{where} must be one of {', '.join(map(str, error.validator_value))}"
-    if kind in ("minimum", "maximum", "minLength", "maxLength", "maxItems"):
+    if kind in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
         return f"{where} violates {kind} {error.validator_value}"
     return f"{where} is invalid ({kind})"
 
