@@ -118,6 +118,12 @@ def _as_data(value: Any, limit: int) -> str:
     return neutralise(str(value), limit).replace("[", "(").replace("]", ")")
 
 
+# A client shows each meta key as an attribute of its <channel> tag, escaped or not (not every
+# client documents which): a sender's quote or angle bracket (a generic webhook's kind is its
+# X-Event-Type header) must not end the value and add an attribute or a tag of its own.
+_ATTRIBUTE_SAFE = str.maketrans({'"': "'", "<": "(", ">": ")"})
+
+
 def ring_params(todo: Todo) -> dict[str, Any]:
     """The ``notifications/claude/channel`` params for one todo."""
     meta = {"todo_id": todo.id, "queue": todo.queue, "kind": todo.kind, "source": todo.source}
@@ -139,7 +145,7 @@ def ring_params(todo: Todo) -> dict[str, Any]:
         content += f" You may answer its origin ({reply_kind}) with reply, passing todo_id {todo.id}."
     return {
         "content": neutralise(content, 1000),
-        "meta": {key: neutralise(value, 200) for key, value in meta.items()},
+        "meta": {key: neutralise(value, 200).translate(_ATTRIBUTE_SAFE) for key, value in meta.items()},
     }
 
 
