@@ -265,7 +265,9 @@ SOURCE = SourceKind(
 CONNECTION = ConnectionKind(
     name=KIND,
     normalize_account_key=normalize_host,
-    account_matches=lambda key, address: address.fields.get("host") == key,
+    # The address's host as the webhook's instance reads it (lower case, no :443), as account keys
+    # are written: an html_url with an explicit default port bound the webhook but matched nothing.
+    account_matches=lambda key, address: _instance_of(address) == key,
     target_of=lambda address: str(address.fields.get("repo", "")),
     text_limit=TEXT_LIMIT,
     test=_test,

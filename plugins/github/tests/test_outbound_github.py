@@ -39,6 +39,10 @@ def test_connection_kind_rules() -> None:
     assert kind.normalize_account_key("https://GHE.example.com/") == "ghe.example.com"
     assert kind.account_matches("github.com", forge_address("github", "github.com"))
     assert not kind.account_matches("github.com", forge_address("github", "evil.example"))
+    # A GHES payload's html_url spelled with the default port names the host the webhook was bound
+    # to (its instance drops :443): the connection for that host serves it, as any other.
+    assert kind.account_matches("ghe.example.com", forge_address("github", "GHE.example.com:443"))
+    assert not kind.account_matches("ghe.example.com", forge_address("github", "ghe.example.com:8443"))
     assert kind.target_of(forge_address("github", "github.com", "acme/api")) == "acme/api"
 
 
