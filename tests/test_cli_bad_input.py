@@ -248,6 +248,17 @@ def test_a_database_behind_the_latest_migration_says_run_db_upgrade(tmp_path: Pa
         assert "db upgrade" in line, line
 
 
+def test_db_upgrade_that_cannot_open_the_database_names_the_drivers_reason_only(tmp_path: Path) -> None:
+    # The line carried SQLAlchemy's wrapper: the driver's text, an escaped line break and a
+    # "(Background on this error at: https://sqlalche.me/…)" link, cut at 200 characters.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'no-such-folder' / 'sb.db'}"
+    line = refused(_runner(_env(url))("db", "upgrade"), "unavailable")
+    assert (
+        line
+        == "error: unavailable: cannot migrate the database (OperationalError: unable to open database file)"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Stable error codes
 

@@ -57,7 +57,11 @@ def _upgrade(database_url: str, *, logged: bool = False) -> None:
     try:
         migrate.upgrade(database_url)
     except Exception as exc:
-        fail(f"unavailable: cannot migrate the database ({type(exc).__name__}: {str(exc)[:200]})")
+        # The driver's own error, its first line: SQLAlchemy's wrapper adds the statement and a
+        # "Background on this error" link on lines of their own.
+        cause = getattr(exc, "orig", None) or exc
+        reason = (str(cause).strip().splitlines() or [""])[0][:200]
+        fail(f"unavailable: cannot migrate the database ({type(cause).__name__}: {reason})")
 
 
 @main.command()
