@@ -104,6 +104,10 @@ def open_engines(url: str, *, echo: bool, wal_bound: Callable[[], int]) -> Engin
     return Engines(is_sqlite, engine, writer, keyed, sqlite_file)
 
 
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
 def _configure_sqlite(
     engine: AsyncEngine, *, query_only: bool, wal_bound: Callable[[], int] | None = None
 ) -> None:
@@ -117,6 +121,11 @@ def _configure_sqlite(
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+        # SQLite's own lower() folds ASCII letters only: the board's "title contains (any case)"
+        # missed "Über" for "über". Python's folds every script, as PostgreSQL's does.
+        dbapi_connection.create_function("lower", 1, _lower, deterministic=True)
+        cursor = dbapi_connection.cursor()
         if query_only:
             cursor.execute("PRAGMA query_only=ON")
         elif wal_bound is not None:

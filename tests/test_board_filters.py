@@ -31,3 +31,27 @@ async def test_a_too_long_search_keeps_the_other_filters(db: Database, base_url:
     # and is still chosen in the form.
     assert _titles(page) == ["Build red"]
     assert '<option value="ci" selected>' in page
+
+
+async def test_the_search_ignores_case_beyond_ascii_on_every_engine(db: Database, base_url: str) -> None:
+    # "Title contains (any case)": SQLite's own lower() folds ASCII letters only, so `über` did not
+    # find "Über die Brücke" there (PostgreSQL's did).
+    _, token = await tenancy.add_human(db, "ada")
+    owner = await tenancy.resolve_owner(db, human="ada")
+    bot, _ = await tenancy.vend_endpoint(db, name="bot", owner=owner, queues=["default"])
+    await add_todo(db, bot, title="Über die Brücke")
+    await add_todo(db, bot, title="Résumé ÉTÉ")
+    await add_todo(db, bot, title="Plain title")
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        await ui_login(http, base_url, token)
+        found = {}
+        for search in ("über", "BRÜCKE", "été", "plain"):
+            async with http.get(f"{base_url}/ui", params={"q": search}) as resp:
+                assert resp.status == 200
+                found[search] = _titles(await resp.text())
+    assert found == {
+        "über": ["Über die Brücke"],
+        "BRÜCKE": ["Über die Brücke"],
+        "été": ["Résumé ÉTÉ"],
+        "plain": ["Plain title"],
+    }
