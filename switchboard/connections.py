@@ -180,8 +180,8 @@ async def _endpoints(s: AsyncSession, owner: Owner, endpoints: object) -> list[s
         )
     )
     found: dict[str, Endpoint] = {}
-    for ep in rows.all():
-        found[ep.id] = found[ep.slug] = ep
+    for row in rows.all():
+        found[row.id] = found[row.slug] = row
     ids: list[str] = []
     for ref in refs:
         ep = found.get(ref)

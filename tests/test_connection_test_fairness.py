@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from switchboard import connections as conn
 from switchboard import reply
 from switchboard.outbound import Outbound
 from switchboard.services import Services
-from switchboard.testing import FakeProvider, claimed_todo, human_and_endpoint, slack_address
+from switchboard.testing import FakeProvider, StalledHost, claimed_todo, human_and_endpoint, slack_address
 from switchboard.testing.tls import tls
 
 CONNECT_BUDGET = 0.5
@@ -23,45 +22,16 @@ TOTAL = 6.0
 POOL = 6
 
 
-class Stalled:
-    """Accepts every connection, reads the request, answers nothing."""
-
-    def __init__(self) -> None:
-        self.open_now = 0
-        self.release = asyncio.Event()
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.open_now += 1
-        try:
-            while not self.release.is_set() and await reader.read(65536):
-                pass
-        finally:
-            self.open_now -= 1
-            writer.close()
-
-
 @pytest.fixture
-async def stalled() -> AsyncIterator[tuple[Stalled, int]]:
-    host = Stalled()
-    server = await asyncio.start_server(host.handle, "127.0.0.1", 0)
-    yield host, int(server.sockets[0].getsockname()[1])
-    host.release.set()
-    server.close()
-
-
-@pytest.fixture
-def settings_overrides(stalled: tuple[Stalled, int], fake_slack: FakeProvider) -> dict[str, Any]:
+def settings_overrides(stalled_host: StalledHost, fake_slack: FakeProvider) -> dict[str, Any]:
     # Tenant A's github.com tests go to the stalled host; tenant B's Slack reply to the stand-in.
-    return {
-        "github_api_url": f"http://127.0.0.1:{stalled[1]}",
-        "slack_api_url": f"{fake_slack.base_url}/api",
-    }
+    return {"github_api_url": stalled_host.base_url, "slack_api_url": f"{fake_slack.base_url}/api"}
 
 
 async def test_a_flood_of_connection_tests_leaves_another_tenants_reply_sent(
-    services: Services, stalled: tuple[Stalled, int], fake_slack: FakeProvider
+    services: Services, stalled_host: StalledHost, fake_slack: FakeProvider
 ) -> None:
-    host, _ = stalled
+    host = stalled_host
     # A small pool, one host allowed all of it: what several stalled hosts do to the real one.
     services.outbound = client = Outbound(
         allow_http=True,

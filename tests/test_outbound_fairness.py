@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -26,7 +24,14 @@ from switchboard.outbound import Outbound, _Slots
 from switchboard.owners import Owner, add_human
 from switchboard.services import Services
 from switchboard.tenancy import vend_endpoint
-from switchboard.testing import FakeProvider, claimed_todo, forge_address, human_and_endpoint, slack_address
+from switchboard.testing import (
+    FakeProvider,
+    StalledHost,
+    claimed_todo,
+    forge_address,
+    human_and_endpoint,
+    slack_address,
+)
 from switchboard.testing.tls import tls
 
 # Past the connect budget a waiting dial gives up; past the total timeout a sent one is unknown.
@@ -36,53 +41,15 @@ CONNECT_BUDGET = 0.5
 TOTAL = 8.0
 
 
-@dataclass
-class Stalled:
-    """Accepts every connection, reads what is sent, answers nothing."""
-
-    port: int = 0
-    accepted: int = 0
-    with_request: int = 0
-    open_now: int = 0
-    most_open: int = 0
-    server: asyncio.Server | None = None
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        self.open_now += 1
-        self.most_open = max(self.most_open, self.open_now)
-        got_bytes = False
-        try:
-            while not self.release.is_set():
-                data = await reader.read(65536)
-                if not data:
-                    break
-                if not got_bytes:
-                    got_bytes = True
-                    self.with_request += 1
-        finally:
-            self.open_now -= 1
-            writer.close()
+@pytest.fixture
+def stalled(stalled_host: StalledHost) -> StalledHost:
+    return stalled_host
 
 
 @pytest.fixture
-async def stalled() -> AsyncIterator[Stalled]:
-    host = Stalled()
-    host.server = await asyncio.start_server(host._handle, "127.0.0.1", 0)
-    host.port = int(host.server.sockets[0].getsockname()[1])
-    yield host
-    host.release.set()
-    host.server.close()
-
-
-@pytest.fixture
-def settings_overrides(stalled: Stalled, fake_slack: FakeProvider) -> dict[str, Any]:
+def settings_overrides(stalled: StalledHost, fake_slack: FakeProvider) -> dict[str, Any]:
     # github.com replies go to the stalled host; Slack replies to the healthy stand-in.
-    return {
-        "github_api_url": f"http://127.0.0.1:{stalled.port}",
-        "slack_api_url": f"{fake_slack.base_url}/api",
-    }
+    return {"github_api_url": stalled.base_url, "slack_api_url": f"{fake_slack.base_url}/api"}
 
 
 async def _tenant_a_flood(services: Services, size: int) -> list[tuple[Any, str]]:
@@ -121,7 +88,7 @@ async def _count_rows(services: Services) -> int:
 )
 async def test_a_stalled_host_flood_leaves_another_tenants_reply_sent(
     services: Services,
-    stalled: Stalled,
+    stalled: StalledHost,
     fake_slack: FakeProvider,
     flood: int,
     per_host: int,

@@ -39,7 +39,7 @@ from switchboard.testing.mcp_client import (
     http_client,
     open_raw_session,
 )
-from switchboard.testing.providers import FakeProvider, FakeProviders, Recorded, Scripted
+from switchboard.testing.providers import FakeProvider, FakeProviders, Recorded, Scripted, StalledHost
 from switchboard.testing.serve import (
     CliRun,
     ServeProcess,
@@ -95,6 +95,7 @@ __all__ = [
     "ServeProcess",
     "ServeProcesses",
     "Services",
+    "StalledHost",
     "Statements",
     "add_todo",
     "cairn_address",

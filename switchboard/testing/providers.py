@@ -205,3 +205,49 @@ class FakeProviders:
         for provider in self.started:
             await provider.close()
         self.started.clear()
+
+
+@dataclass
+class StalledHost:
+    """A host that never answers: a plain TCP server on 127.0.0.1 that accepts every connection,
+    reads what is sent and answers nothing, until ``close``. For the outbound client's timeouts and
+    fairness: a dial that got a connection here really did write its request (``with_request``)."""
+
+    port: int = 0
+    accepted: int = 0
+    with_request: int = 0
+    open_now: int = 0
+    most_open: int = 0
+    server: asyncio.Server | None = None
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> StalledHost:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def close(self) -> None:
+        self.release.set()
+        if self.server is not None:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        got_bytes = False
+        try:
+            while not self.release.is_set():
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if not got_bytes:
+                    got_bytes = True
+                    self.with_request += 1
+        finally:
+            self.open_now -= 1
+            writer.close()

@@ -53,7 +53,7 @@ from switchboard.testing.database import (
     engine_name,
     fresh_database,
 )
-from switchboard.testing.providers import FakeProvider, FakeProviders
+from switchboard.testing.providers import FakeProvider, FakeProviders, StalledHost
 from switchboard.testing.serve import ServeProcesses
 from switchboard.testing.tls import guarded_client, tls
 from switchboard.vault import Vault
@@ -190,6 +190,14 @@ async def fake_slack(fake_providers: FakeProviders) -> FakeProvider:
 @async_fixture
 async def fake_cairn(fake_providers: FakeProviders) -> FakeProvider:
     return await fake_providers.start("cairn")
+
+
+@async_fixture
+async def stalled_host() -> AsyncIterator[StalledHost]:
+    """A host that accepts, reads and never answers (``StalledHost``), closed after the test."""
+    host = await StalledHost().start()
+    yield host
+    await host.close()
 
 
 @pytest.fixture
