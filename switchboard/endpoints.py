@@ -191,17 +191,6 @@ async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
         if endpoint.state == "revoked":
             return endpoint
         endpoint.state, endpoint.revoked_at = "revoked", now
-        # A claimed todo's attempt ends with it: left open, it showed as still running forever.
-        await s.execute(
-            update(Attempt)
-            .where(
-                Attempt.todo_id.in_(
-                    select(Todo.id).where(Todo.endpoint_id == endpoint.id, Todo.state == "claimed")
-                ),
-                Attempt.ended_at.is_(None),
-            )
-            .values(outcome="revoked", ended_at=now)
-        )
         await s.execute(
             update(Todo)
             .where(
@@ -219,6 +208,22 @@ async def revoke_endpoint(db: Database, slug: str) -> Endpoint:
                 next_ring_at=None,
                 updated_at=now,
             )
+        )
+        # A claimed todo's attempt ends with it: left open, it showed as still running forever.
+        # After the dead-lettering, not before: on PostgreSQL that statement waits for a claim in
+        # flight and then takes it in, and only a statement begun after it sees that claim's
+        # attempt (one begun before, with an older snapshot, left it open).
+        await s.execute(
+            update(Attempt)
+            .where(
+                Attempt.todo_id.in_(
+                    select(Todo.id).where(
+                        Todo.endpoint_id == endpoint.id, Todo.dead_reason == "endpoint_revoked"
+                    )
+                ),
+                Attempt.ended_at.is_(None),
+            )
+            .values(outcome="revoked", ended_at=now)
         )
     return endpoint
 

@@ -222,11 +222,26 @@ async def _blockers(s: AsyncSession, human: Human) -> list[str]:
     return found
 
 
+async def _lock_owned_teams(s: AsyncSession, human_id: str) -> None:
+    """Lock the owner rows of every team the human owns, in the order ``owners`` locks them (team,
+    then human), before the last-owner check reads them: on PostgreSQL a plain read saw another
+    owner's uncommitted leave or demotion as not made, and the removal then left the team with no
+    owner. SQLite's write transaction already excludes other writers."""
+    owned = select(Membership.team_id).where(Membership.human_id == human_id, Membership.role == "owner")
+    await s.execute(
+        select(Membership.team_id, Membership.human_id)
+        .where(Membership.role == "owner", Membership.team_id.in_(owned))
+        .order_by(Membership.team_id, Membership.human_id)
+        .with_for_update()
+    )
+
+
 async def remove_human(db: Database, handle: str) -> Removed:
     """Remove the human, their memberships and web sessions, and their revoked endpoints with those
     endpoints' todos; refused (``conflict``, naming each blocker) while anything depends on them."""
     async with db.write() as s:
         human = await _locked_human(s, handle=handle, human_id=None)
+        await _lock_owned_teams(s, human.id)
         blockers = await _blockers(s, human)
         if blockers:
             raise SwitchboardError(

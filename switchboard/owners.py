@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -164,12 +164,20 @@ async def list_teams(db: Database, human_id: str | None = None) -> list[dict[str
         return out
 
 
-async def set_member(db: Database, slug: str, handle: str, role: str = "member") -> None:
-    """Add a member, or change an existing member's role."""
+async def set_member(
+    db: Database, slug: str, handle: str, role: str = "member", *, by: str | None = None
+) -> None:
+    """Add a member, or change an existing member's role. ``by``: the human asking (the API, the web
+    UI), held to the team rule (owners and admins manage members; only an owner grants the owner
+    role or changes an owner's) in this transaction; the CLI (the instance operator) passes none."""
     if role not in ROLES:
         raise invalid(f"role {role!r} must be one of {', '.join(ROLES)}")
     async with db.write() as s:
         team, human = await _team(s, slug), await _human(s, handle)
+        if by is not None:
+            mine, current = await _acting_roles(s, team, by, human.id)
+            if mine != "owner" and "owner" in (role, current):
+                raise SwitchboardError("forbidden", "only a team owner may grant or change the owner role")
         row = await s.get(Membership, (team.id, human.id))
         if row is None:
             s.add(Membership(team_id=team.id, human_id=human.id, role=role, created_at=utcnow()))
@@ -179,9 +187,15 @@ async def set_member(db: Database, slug: str, handle: str, role: str = "member")
             row.role = role
 
 
-async def remove_member(db: Database, slug: str, handle: str) -> None:
+async def remove_member(db: Database, slug: str, handle: str, *, by: str | None = None) -> None:
+    """Remove a member. ``by``: the human asking (anyone may leave; otherwise held to the team rule:
+    owners and admins remove members, only an owner removes an owner); the CLI passes none."""
     async with db.write() as s:
         team, human = await _team(s, slug), await _human(s, handle)
+        if by is not None and by != human.id:
+            mine, current = await _acting_roles(s, team, by, human.id)
+            if current == "owner" and mine != "owner":
+                raise SwitchboardError("forbidden", "only a team owner may remove an owner")
         row = await s.get(Membership, (team.id, human.id))
         if row is None:
             raise not_found(f"{handle!r} in team {slug!r}")
@@ -235,6 +249,32 @@ async def delete_team(db: Database, slug: str, *, human_id: str | None = None) -
 
 def _some(names: list[str], shown: int = 5) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+async def _acting_roles(s: AsyncSession, team: Team, by: str, member_id: str) -> tuple[str, str | None]:
+    """The asking human's role in the team (a manager's, else refused) and the member's (None: not
+    one), read with their rows and the owners' locked in ``_keep_an_owner``'s order. Checked on a
+    plain read (or the caller's roles as its request began), a change not yet committed was not
+    seen: on PostgreSQL an admin's change then overwrote an owner's promotion of the same member,
+    and an admin demoted or removed an owner."""
+    rows = await s.execute(
+        select(Membership.human_id, Membership.role)
+        .where(
+            Membership.team_id == team.id,
+            or_(Membership.human_id.in_((by, member_id)), Membership.role == "owner"),
+        )
+        .order_by(Membership.human_id)
+        .with_for_update()
+    )
+    roles: dict[str, str] = {human_id: role for human_id, role in rows.all()}
+    mine = roles.get(by)
+    if mine is None:
+        raise not_found(f"team {team.slug!r}")
+    if mine not in ("owner", "admin"):
+        raise SwitchboardError(
+            "forbidden", f"only the owners and admins of team {team.slug!r} manage its members"
+        )
+    return mine, roles.get(member_id)
 
 
 async def _keep_an_owner(s: AsyncSession, team_id: str, leaving: str) -> None:

@@ -60,7 +60,9 @@ async def put_member(req: Request) -> tuple[int, dict[str, Any]]:
     # Admins run the membership; only owners make owners or change an owner's role.
     if mine != "owner" and ("owner" in (role, current)):
         raise SwitchboardError("forbidden", "only a team owner may grant or change the owner role")
-    await tenancy.set_member(req.services.db, slug, handle, role)
+    # Checked again by ``set_member`` with the rows locked: a change not yet committed (the member
+    # made an owner meanwhile) is seen there, not here.
+    await tenancy.set_member(req.services.db, slug, handle, role, by=req.caller.human.id)
     return 200, {"team": await _team_view(req, slug)}
 
 
@@ -73,7 +75,7 @@ async def delete_member(req: Request) -> tuple[int, dict[str, Any]]:
         current = await _member_role(req.services.db, scope.team_id or "", handle)
         if current == "owner" and req.caller.roles[scope.team_id or ""] != "owner":
             raise SwitchboardError("forbidden", "only a team owner may remove an owner")
-    await tenancy.remove_member(req.services.db, slug, handle)
+    await tenancy.remove_member(req.services.db, slug, handle, by=req.caller.human.id)
     if leaving_self:
         return 200, {"team": slug, "removed": handle}
     return 200, {"team": await _team_view(req, slug)}

@@ -161,7 +161,8 @@ async def member_set(request: web.Request, viewer: Viewer) -> web.StreamResponse
         raise invalid(f"role must be one of {', '.join(tenancy.ROLES)}")
     if my_role != "owner" and "owner" in (role, current):
         raise forbidden("only a team owner can make or change an owner")
-    await tenancy.set_member(services_of(request).db, slug, handle, role)
+    # Checked again by ``set_member`` with the rows locked (a change not yet committed is seen there).
+    await tenancy.set_member(services_of(request).db, slug, handle, role, by=viewer.human_id)
     raise see_other("/ui/teams", "member_saved")
 
 
@@ -211,7 +212,7 @@ async def member_remove(request: web.Request, viewer: Viewer) -> web.StreamRespo
     handle = viewer.form.get("handle", "").strip()
     slug, _ = await _removable(request, viewer, handle)
     ask_first(request, viewer, ("handle",))
-    await tenancy.remove_member(services_of(request).db, slug, handle)
+    await tenancy.remove_member(services_of(request).db, slug, handle, by=viewer.human_id)
     raise see_other("/ui/teams", "member_removed")
 
 
