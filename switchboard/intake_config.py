@@ -26,7 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from switchboard import trust as trusting
 from switchboard.config_changes import changing
 from switchboard.db import rfc3339, utcnow
-from switchboard.delivery_signing import signed
+from switchboard.delivery_signing import SIGNATURE_HEADERS, signed
+from switchboard.echo import own_reply_scopes
 from switchboard.errors import SwitchboardError, conflict, not_found
 from switchboard.ingest_config import Target, WebhookConfig, config_by_token_hash
 from switchboard.instances import instance_of
@@ -201,7 +202,12 @@ def reread(services: Services, config: WebhookConfig, kind: SourceKind, event: E
         raise Unreadable("the webhook's signing secret cannot be read") from None
     if signing and not secret:
         raise Unreadable("the webhook is waiting for its signing secret")
-    wire = CIMultiDictProxy(CIMultiDict(signed(webhook.source, secret, event.headers, event.body)))
+    headers = signed(webhook.source, secret, event.headers, event.body)
+    if signing and not any(name.lower() in SIGNATURE_HEADERS for name in headers):
+        # A plugin kind whose scheme the core cannot make (Linear, Plain): its verifier would only
+        # say "signature missing", which reads as a broken delivery rather than what it is.
+        raise Unreadable(f"Switchboard cannot sign {webhook.source} deliveries again to verify a stored copy")
+    wire = CIMultiDictProxy(CIMultiDict(headers))
     verdict = None
     for at in (event.received_at, utcnow()):
         delivery = Delivery(
@@ -270,6 +276,9 @@ class DryRun(TypedDict):
     routing: dict[str, Any]
     results: list[dict[str, Any]]
     error: dict[str, Any] | None
+    # How many of ``results`` the rules were not tried on (``skipped``: not read again): a fault
+    # there cannot refuse the save, so every surface says so.
+    untried: int
 
 
 async def _config(s: AsyncSession, webhook: Webhook) -> WebhookConfig:
@@ -322,7 +331,15 @@ async def set_rules(
             stored, _ = await owned_webhook(s, caller, webhook_id, manage=True, lock=True)
             stored.routing = routing
     shown = routing or {"rules": [], "default_action": None, "params": {}}
-    return {"webhook": webhook.id, "saved": save, "routing": shown, "results": results, "error": error}
+    untried = sum(1 for row in results if row["disposition"] == "skipped")
+    return {
+        "webhook": webhook.id,
+        "saved": save,
+        "routing": shown,
+        "results": results,
+        "error": error,
+        "untried": untried,
+    }
 
 
 async def _dry_run(
@@ -399,11 +416,23 @@ async def _dry_one(
     try:
         got = reread(services, config, kind, event)
     except Unreadable as exc:
-        return {**row, "why": f"not read again: {exc}"}
+        return {**row, "why": f"not tried: {exc}"}
     if got.verdict.ignore or got.verdict.respond is not None:
         return {**row, "disposition": "ignored", "why": "housekeeping: never routed"}
     address = stored_address(services, config, got)
-    decided = await plan(services, config, kind, got.delivery, got.verdict, got.verified, address, targets)
+    minting = targets
+    if got.verified:
+        # Echo suppression, as ingest does it before the rules (``ingest_steps.disposition``): the
+        # agent's own reply coming back never reaches them, so it can neither show as work here
+        # nor refuse a save by faulting a rule.
+        scopes = [t.owner_scope for t in targets]
+        echoed = await own_reply_scopes(services, got.delivery, got.verdict, address, scopes)
+        minting = [t for t in targets if t.owner_scope not in echoed]
+        if not minting:
+            return {**row, "disposition": "self_reply", "why": "the agent's own reply: never routed"}
+    decided = await plan(
+        services, config, kind, got.delivery, got.verdict, got.verified, address, minting, live=targets
+    )
     trace = decided.trace
     hold = decided.hold
     todos = [

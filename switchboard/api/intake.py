@@ -297,8 +297,14 @@ SCHEMAS: dict[str, Any] = {
                     ["code", "message", "rule", "delivery"],
                 )
             ),
+            "untried": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many results are skipped: the rules were not tried on them, so a "
+                "fault there could not refuse the save.",
+            },
         },
-        ["webhook", "saved", "routing", "results", "error"],
+        ["webhook", "saved", "routing", "results", "error", "untried"],
     ),
     "DryRunResult": obj(
         {
@@ -309,7 +315,8 @@ SCHEMAS: dict[str, Any] = {
             "disposition": {
                 "type": "string",
                 "description": "What it would be now: routed, quarantined, dropped, faulted, self_reply; "
-                "ignored (housekeeping), skipped (not read again: `why` says why).",
+                "ignored (housekeeping), skipped (not tried: the stored copy could not be read again; "
+                "`why` says why).",
             },
             "by": {**_STRING_OR_NULL, "description": "trust, rule, default or none."},
             "rule": _STRING_OR_NULL,

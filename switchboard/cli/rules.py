@@ -22,6 +22,7 @@ from switchboard.cli.runner import do
 from switchboard.cli.webhooks import webhook_group
 from switchboard.errors import SwitchboardError
 from switchboard.intake_config import Caller, DryRun
+from switchboard.rules import DuplicateKey, no_duplicate_keys
 from switchboard.services import Services
 
 # Far above the largest rule set that can pass (32 rules of 4 KiB, 16 KiB of params, names, JSON
@@ -36,8 +37,9 @@ def webhook_rules_group() -> None:
 
 def read_rule_file(path: str) -> Any:
     """The parsed JSON document in ``path`` (``-``: stdin), or a one-line error: an unreadable file
-    is ``invalid_argument``, a file that is not a JSON document ``invalid_rule`` (the document is
-    malformed, as ``rules.parse_rule_set`` would call any other shape it refuses)."""
+    is ``invalid_argument``, a file that is not a JSON document, or names a key twice in one object,
+    ``invalid_rule`` (the document is malformed, as ``rules.parse_rule_set`` would call any other
+    shape it refuses)."""
     name = "stdin" if path == "-" else path
     if path == "-":
         if sys.stdin is None:
@@ -58,9 +60,11 @@ def read_rule_file(path: str) -> Any:
     if not text.strip():
         fail(f'invalid_rule: {name} is empty: give a JSON object {{"rules": [...], ...}}')
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as exc:
         fail(f"invalid_rule: {name} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+    except DuplicateKey as exc:
+        fail(f"invalid_rule: {name} names the key {str(exc)[:60]!r} twice in one object")
     except ValueError:
         # An integer literal longer than Python converts (4300 digits).
         fail(f"invalid_rule: {name} is not valid JSON (a number is too long)")
@@ -125,6 +129,12 @@ def dry_run_text(dry: DryRun, *, test: bool) -> str:
         tally = Counter(row["disposition"] for row in results)
         counts = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
         lines.append(f"dry run on the {len(results)} newest stored deliveries: {counts}")
+    if dry["untried"]:
+        n = dry["untried"]
+        lines.append(
+            f"the rules were not tried on {n} stored {'delivery' if n == 1 else 'deliveries'} "
+            "(skipped: the last column says why), so a fault there could not refuse them"
+        )
     lines += _rules_text(dry["routing"])
     error = dry["error"]
     if error is not None:

@@ -28,7 +28,7 @@ from switchboard.errors import SwitchboardError
 from switchboard.intake_config import DRY_RUN_DELIVERIES, DryRun
 from switchboard.models import Endpoint, Route, Webhook
 from switchboard.provider import SourceKind
-from switchboard.rules import RuleError
+from switchboard.rules import DuplicateKey, RuleError, no_duplicate_keys
 from switchboard.services import services_of
 from switchboard.tenancy import Owner
 from switchboard.web.confirm import confirm_link
@@ -242,13 +242,23 @@ def _dry_section(webhook: Webhook, dry: DryRun) -> Safe:
         if dry["error"]
         else EMPTY
     )
+    untried = (
+        h(
+            '<p class="flag">The rules were not tried on {n} of these (skipped: "Why" says why), so a '
+            "fault there could not refuse them.</p>",
+            n=dry["untried"],
+        )
+        if dry["untried"]
+        else EMPTY
+    )
     return h(
         '<h2 id="dry-run">Dry run</h2><p class="hint">What the {n} newest stored deliveries would become '
         "under these rules, with the webhook's trust and endpoints as they are now. {outcome}</p>{fault}"
-        "{table}",
+        "{untried}{table}",
         n=len(dry["results"]),
         outcome=outcome,
         fault=fault,
+        untried=untried,
         table=dry_run_table(webhook.id, dry["results"]),
     )
 
@@ -357,19 +367,6 @@ async def trust_save(request: web.Request, viewer: Viewer) -> web.StreamResponse
     raise see_other(page_url(webhook.id), "trust_saved")
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise _DuplicateKey(key)
-        data[key] = value
-    return data
-
-
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -389,9 +386,9 @@ def parse_rules(text: str) -> object:
         return None
     try:
         return json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_float=_finite, parse_constant=_no_constant
+            text, object_pairs_hook=no_duplicate_keys, parse_float=_finite, parse_constant=_no_constant
         )
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise RuleError(
             "invalid_rule", f"the rule set names the key {str(exc)[:60]!r} twice in one object"
         ) from None
@@ -430,5 +427,8 @@ async def rules_post(request: web.Request, viewer: Viewer) -> web.StreamResponse
         return await render(request, viewer, error=exc, status=exc.http_status, rules_text=text, dry=dry)
     if save:
         log.info("web: %s saved the routing rules of webhook %s", viewer.handle, webhook.id)
-        raise see_other(page_url(webhook.id), "rules_saved")
+        if not dry or not dry["untried"]:
+            raise see_other(page_url(webhook.id), "rules_saved")
+        # Saved, but not tried on every stored delivery (a Linear or Plain webhook's cannot be read
+        # again): the page says so with the dry run, where the usual notice would claim it passed.
     return await render(request, viewer, rules_text=text, dry=dry)
