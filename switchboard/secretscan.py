@@ -8,10 +8,11 @@ error.
 
 A token hidden from the raw text is still a token to whoever reads the rendered comment, so the rules
 also run over views of the text as it renders or decodes (``_views``): Unicode-normalised with
-invisible characters removed, HTML entities, comments and tags undone, escapes and percent-escapes
-decoded; over tokens split by spaces or lines (``_split_tokens``); and over decoded base64 runs
-(``_base64_texts``). Every view is one linear pass over at most the reply's 16 KiB, and base64 is
-decoded one level deep for at most ``MAX_BASE64_RUNS`` runs, so hostile text cannot make a scan slow.
+invisible characters removed, HTML entities, comments and tags undone, escapes, Markdown's
+backslash escapes and percent-escapes decoded; over tokens split by spaces or lines
+(``_split_tokens``); and over decoded base64 runs (``_base64_texts``). Every view is one linear
+pass over at most the reply's 16 KiB, and base64 is decoded one level deep for at most
+``MAX_BASE64_RUNS`` runs, so hostile text cannot make a scan slow.
 
 Rules are data (``Rule``): ``RULES`` is the core set, and ``scan(text, extra_rules=…)`` adds more (the
 way a plugin will bring its own).
@@ -223,6 +224,10 @@ def shannon_entropy(text: str) -> float:
 # A backslash escape as written in a string literal or JSON (backslash, "n", then the token): its
 # letter would otherwise glue onto the token that follows.
 _ESCAPE = re.compile(r"\\[nrtfvb0]")
+# A Markdown backslash escape: CommonMark renders a backslash before any ASCII punctuation as that
+# character alone, so `ghp\_…` or `glpat\-…` in a GitHub, Gitea or Linear comment reads as the token.
+# (`\\` is one backslash: matched first, left to right, it keeps the character after it escaped.)
+_MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 # Escapes that spell a character: JSON/JavaScript `\u0067` and `\u{67}`, Python `\U00000067` and
 # `\x67`, and JSON's `\/` (a Slack webhook URL inside a JSON string).
 _CHAR_ESCAPE = re.compile(
@@ -235,6 +240,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _INVISIBLE = frozenset({0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x2800, 0x3164, 0xFFA0})
 _PLAIN = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\t", "\n", "\r"}
 _HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]{0,30}(?:\s[^<>]{0,256})?/?>")
+# A Markdown link or image, inline (with or without a title) or by reference, renders as its text
+# alone: `[ghp_abc](u)def`, `[ghp_abc](u "t")def` and `[ghp_abc][1]def` read `ghp_abcdef`. No part
+# can cross the brackets, parentheses or quotes that end it, so each is one forward pass.
+_MARKDOWN_LINK = re.compile(
+    r"!?\[([^\[\]\n]{0,256})\]"
+    r"(?:\([^()\s]{0,2048}(?:[ \t]{1,8}(?:\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'))?\)"
+    r"|\[[^\[\]\n]{0,256}\])"
+)
+# A Slack mrkdwn link renders as its text alone: `<https://x|ghp_abc>def` reads `ghp_abcdef`.
+_SLACK_LINK = re.compile(r"<[^<>|\s]{1,2048}\|([^<>\n]{0,256})>")
 # Markdown emphasis or a code span inside a word (`ghp_abc**def**`) renders the word unbroken.
 _MARKUP = re.compile(r"(?<=[A-Za-z0-9])[*`~]{1,3}(?=[A-Za-z0-9_-])")
 
@@ -303,7 +318,10 @@ def _normalise(text: str, tags: bool = True) -> str:
         if "<!--" in text:
             text = _strip_comments(text)
     if tags and "<" in text:
-        text = _HTML_TAG.sub("", text)
+        text = _HTML_TAG.sub("", _SLACK_LINK.sub(r"\1", text))
+    if tags and ("](" in text or "][" in text):
+        # With ``tags`` only, as a tag or a Slack link: the other view keeps a token in the address.
+        text = _MARKDOWN_LINK.sub(r"\1", text)
     if not _PLAIN.issuperset(text):
         text = _strip_invisible(unicodedata.normalize("NFKC", _strip_invisible(text)))
     if "*" in text or "`" in text or "~" in text:
@@ -314,7 +332,8 @@ def _normalise(text: str, tags: bool = True) -> str:
 def _views(text: str) -> list[str]:
     """The text as written, and as a reader (or a browser) would decode it: percent-escapes of a
     URL undone (`?t=%3Dghp_…`, `%0Aghp_…`), `\\u0067` escapes spelled out, rendered (``_normalise``),
-    and with backslash escapes turned into spaces. Each is one linear pass; duplicates are dropped."""
+    with backslash escapes turned into spaces, and with Markdown's backslash escapes undone
+    (`ghp\\_…` renders as `ghp_…`). Each is one linear pass; duplicates are dropped."""
     views = [text]
 
     def add(view: str) -> None:
@@ -335,6 +354,7 @@ def _views(text: str) -> list[str]:
     for view in list(views):
         if "\\" in view:
             add(_ESCAPE.sub(" ", view))
+            add(_MARKDOWN_ESCAPE.sub(r"\1", view))
     return views
 
 

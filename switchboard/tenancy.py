@@ -226,8 +226,8 @@ async def create_webhook(
     return NewWebhook(webhook, ingest_token, secret)
 
 
-async def _webhook(s: AsyncSession, webhook_id: str) -> Webhook:
-    webhook = await s.get(Webhook, webhook_id)
+async def _webhook(s: AsyncSession, webhook_id: str, *, locked: bool = False) -> Webhook:
+    webhook = await s.get(Webhook, webhook_id, with_for_update=locked)
     if webhook is None:
         raise not_found(f"webhook {webhook_id!r}")
     return webhook
@@ -249,7 +249,9 @@ async def rotate_webhook_secret(
     """Mint a new signing secret (minted kinds only); returns it, shown once. The old one still
     verifies for ``overlap_seconds``."""
     async with changing(db) as s:
-        webhook = await _webhook(s, webhook_id)
+        # Locked: two changes of the secret at once each retired the same old one and the later
+        # write won, so the first operator was shown a secret that never verified (PostgreSQL).
+        webhook = await _webhook(s, webhook_id, locked=True)
         kind = providers.sources.get(webhook.source)
         if kind is None or kind.secret != "minted":
             raise invalid(
@@ -279,7 +281,9 @@ async def set_webhook_secret(
     if not secret or len(secret) > 512 or not secret.isprintable() or any(c.isspace() for c in secret):
         raise invalid("the secret must be 1 to 512 printable characters with no spaces")
     async with changing(db) as s:
-        webhook = await _webhook(s, webhook_id)
+        # Locked: two changes of the secret at once each retired the same old one and the later
+        # write won, so the first operator was shown a secret that never verified (PostgreSQL).
+        webhook = await _webhook(s, webhook_id, locked=True)
         kind = providers.sources.get(webhook.source)
         if kind is None or kind.secret != "provider":
             raise invalid(

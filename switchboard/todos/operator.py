@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, Select, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from switchboard.db import utcnow
@@ -90,6 +90,11 @@ async def _locked(s: AsyncSession, todo_id: Any, scopes: list[Owner] | None) -> 
     database); ``not_found`` outside ``scopes``."""
     if not isinstance(todo_id, str) or not todo_id or len(todo_id) > 40:
         raise not_found(f"todo {todo_id!r}")
+    # The endpoint's row first, share-locked: a revocation committing now (it locks the endpoint,
+    # then its todos) is waited for and seen, in the order it takes its locks. Judged on an
+    # unlocked read, a dead letter requeued during a revocation was left pending on a revoked
+    # endpoint (PostgreSQL; SQLite's writer holds the database).
+    await _share_endpoints(s, select(Todo.endpoint_id).where(Todo.id == todo_id))
     found = (
         await s.execute(
             select(Todo, Endpoint)
@@ -101,6 +106,13 @@ async def _locked(s: AsyncSession, todo_id: Any, scopes: list[Owner] | None) -> 
     if found is None:
         raise not_found(f"todo {todo_id!r}")
     return found[0], found[1]
+
+
+async def _share_endpoints(s: AsyncSession, endpoint_ids: Select[tuple[str]]) -> None:
+    """Share-lock the endpoints ``endpoint_ids`` names, in id order (PostgreSQL; SQLite renders no
+    lock clause, its writer holding the whole database)."""
+    locking = select(Endpoint.id).where(Endpoint.id.in_(endpoint_ids)).order_by(Endpoint.id)
+    await s.execute(locking.with_for_update(read=True))
 
 
 async def _close_open_attempt(s: AsyncSession, todo: Todo, now: datetime, outcome: str, error: str) -> None:
@@ -174,8 +186,14 @@ async def _act(
         if manage is not None:
             manage(Owner.of(endpoint))
         if action == "requeue":
-            if todo.once_key is not None and not await s.scalar(
-                select(func.count()).select_from(Todo).where(Todo.id == todo.id, subject_free())
+            # The subject is asked of a failed todo only: any other is refused for its state (a
+            # pending or claimed ``once`` todo is itself the open todo about its subject).
+            if (
+                todo.state == "failed"
+                and todo.once_key is not None
+                and not await s.scalar(
+                    select(func.count()).select_from(Todo).where(Todo.id == todo.id, subject_free())
+                )
             ):
                 raise conflict(
                     f"todo {todo.id}: another todo about its subject is open;"
@@ -318,6 +336,16 @@ async def requeue_matching(
     while not dry_run and len(done) < limit:
         async with services.db.write() as s:
             where = [*await conditions(s, scopes, filters), *live]
+            # The batch's endpoints share-locked before its todos, as ``_locked`` does: the
+            # liveness below is then read after any revocation of them has committed.
+            await _share_endpoints(
+                s,
+                select(Todo.endpoint_id)
+                .join(Endpoint, Todo.endpoint_id == Endpoint.id)
+                .where(*where)
+                .order_by(Todo.created_at, Todo.id)
+                .limit(min(BULK_BATCH, limit - len(done))),
+            )
             rows = (
                 await s.execute(
                     select(Todo, Endpoint)
