@@ -108,7 +108,7 @@ async def _locked(s: AsyncSession, todo_id: Any, scopes: list[Owner] | None) -> 
     return found[0], found[1]
 
 
-async def _share_endpoints(s: AsyncSession, endpoint_ids: Select[tuple[str]]) -> None:
+async def _share_endpoints(s: AsyncSession, endpoint_ids: Select[Any]) -> None:
     """Share-lock the endpoints ``endpoint_ids`` names, in id order (PostgreSQL; SQLite renders no
     lock clause, its writer holding the whole database)."""
     locking = select(Endpoint.id).where(Endpoint.id.in_(endpoint_ids)).order_by(Endpoint.id)
