@@ -12,6 +12,7 @@ import logging
 import re
 import sys
 import traceback
+import unicodedata
 from time import strftime, time
 from typing import Any
 
@@ -28,6 +29,26 @@ _INGEST_PATH = re.compile(r"(/webhooks/+)([^/?#\s'\"]{0,8})[^?#\s'\"]*", re.IGNO
 # The same in a decoded path (``request.path``: no query, and an escape may have become a space, a
 # quote or a ``?``): everything after ``/webhooks/`` is the token.
 _DECODED_INGEST_PATH = re.compile(r"(/webhooks/+)([^/]{0,8}).*", re.IGNORECASE | re.DOTALL)
+
+
+# What a log line shows escaped (``\x0a``, ``\u202e``), as the CLI shows sender text: control characters
+# (a decoded ``%0a`` in a path would start a line of the requester's choosing in the log, an ESC an
+# escape sequence in the operator's terminal), format characters (bidi overrides), line and
+# paragraph separators, and lone surrogates (undecodable bytes in a path or header).
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character of ``_ESCAPED_CATEGORIES`` shown escaped: one line, inert in
+    a terminal. Nearly every line is printable already, which one C call tells."""
+    if text.isprintable():
+        return text
+    return "".join(
+        (f"\\u{ord(ch):04x}" if ord(ch) > 0xFF else f"\\x{ord(ch):02x}")
+        if unicodedata.category(ch) in _ESCAPED_CATEGORIES
+        else ch
+        for ch in text
+    )
 
 
 def _shortened(match: re.Match[str]) -> str:
@@ -70,7 +91,8 @@ class RedactingFilter(logging.Filter):
             # itself; a filter must never raise into the code that logged.
             return True
         # The message is kept formatted (and redacted): the formatter would otherwise format it again.
-        record.msg, record.args = redact_path(message), None
+        # One line: some messages name a request's path or a header (a page's outage warning).
+        record.msg, record.args = one_line(redact_path(message)), None
         if record.exc_info and not record.exc_text:
             record.exc_text = redact_path(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:
@@ -289,8 +311,9 @@ class RedactingAccessLogger(AbstractAccessLogger):
         path = _DECODED_INGEST_PATH.sub(_shortened, request.path)
         line = f'{request.remote} "{request.method} {path}" {response.status} {time * 1000:.1f}ms'
         # Made whole here, with no arguments left to format (a ``%`` in it stays as it is), and
-        # redacted here, note and all, whichever handler writes it.
-        text = redact_path(f"{line} {note}" if note else line)
+        # redacted and made one line here, note and all, whichever handler writes it: the path is
+        # decoded, and ``%0a`` in it would otherwise start a log line of the requester's choosing.
+        text = one_line(redact_path(f"{line} {note}" if note else line))
         handler = lean_handler(self.logger)
         if handler is None or not handler.access(self.logger.name, text):
             self.logger.info(text)

@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 import re
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -87,13 +88,33 @@ class Settings(BaseSettings):
         if value.startswith("postgresql://"):
             value = "postgresql+asyncpg://" + value.removeprefix("postgresql://")
         try:
-            make_url(value)
+            url = make_url(value)
         except (ArgumentError, ValueError):
             # Never the URL or the parser's message: either may hold part of the password (an
             # unescaped "@" or ":" in it moves its tail to where the port goes).
             raise ValueError(
                 "is not a database URL (is the port a number? percent-encode @ : / in the password)"
             ) from None
+        if url.get_backend_name() == "sqlite" and (
+            url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+        ):
+            # It lives in one connection and goes with it: serve migrated one database and served
+            # another, empty one (every request 503), and each CLI command had its own.
+            raise ValueError(
+                "is an in-memory SQLite database, which is gone when its connection closes; name a "
+                "database file (sqlite+aiosqlite:///path/to/switchboard.db)"
+            )
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        # aiohttp reads "" as every interface: an env file's empty ``SWITCHBOARD_HOST=`` would
+        # open the API, the web UI and /metrics to the network.
+        if not value or " " in value or not value.isprintable():
+            raise ValueError(
+                "must name an address or host name to listen on (0.0.0.0 or :: for every interface)"
+            )
         return value
 
     @field_validator("base_url")
@@ -200,9 +221,21 @@ class Settings(BaseSettings):
 
 
 def http_url(value: str) -> str:
-    """An http(s) URL without its trailing slash; ValueError otherwise."""
+    """An http(s) URL without its trailing slash; ValueError otherwise. Paths are appended to it
+    (``/webhooks/…``, ``/mcp``, a kind's API methods), so it names a host and has no query."""
     if not value.startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
+    if " " in value or not value.isprintable():
+        # A space or line break (an env file's trailing one) would be pasted into every printed URL.
+        raise ValueError("must be a URL without spaces or control characters")
+    try:
+        host = urlsplit(value).hostname
+    except ValueError:  # an unbalanced "[" of an IPv6 address
+        host = None
+    if not host:
+        raise ValueError("must name a host, e.g. https://switchboard.example.com")
+    if "?" in value or "#" in value:
+        raise ValueError("must have no query or fragment: paths are appended to it")
     return value.rstrip("/")
 
 
