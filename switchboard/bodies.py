@@ -35,8 +35,9 @@ MIB = 1024 * KIB
 class BodyRule:
     """The bounds for request paths starting with ``prefix``.
 
-    ``read_here=False`` is for a surface that streams its body itself under the same two numbers
-    (ingest, which counts and times every chunk): the rule then checks ``Content-Length`` only.
+    ``read_here=False`` is for a surface that bounds its body itself under the same two numbers
+    (ingest, which checks ``Content-Length`` once it knows the webhook, so that a delivery refused
+    for its size is counted as that webhook's refusal, and counts and times every chunk).
     """
 
     prefix: str
@@ -73,10 +74,12 @@ def _too_large(rule: BodyRule) -> BodyRefused:
 async def admit(request: web.Request, rule: BodyRule) -> web.Request:
     """Apply ``rule`` to ``request``: the request a handler should get (its body read into memory
     when the rule reads it), or ``BodyRefused``."""
+    if not rule.read_here:
+        return request
     if request.content_length is not None and request.content_length > rule.max_bytes:
         # Decided from the header alone: not one byte of the body is read.
         raise _too_large(rule)
-    if not request.body_exists or not rule.read_here:
+    if not request.body_exists:
         return request
     header = content_coding.header_of(request.headers)
     try:

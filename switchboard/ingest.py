@@ -146,8 +146,6 @@ async def _ingest(
 ) -> Outcome:
     """One delivery through the steps of docs/architecture.md ("Ingest, step by step"); a
     ``Refusal`` from any step ends it, and every refusal comes before anything is stored."""
-    # 1. The size cap, from Content-Length (the body is measured again as it arrives).
-    steps.check_length(request)
     hashed = token_hash(steps.ingest_token(request))
 
     # 2. The webhook, its owner endpoint and its routes: from this process's cache when it has
@@ -159,7 +157,10 @@ async def _ingest(
         config = await steps.lookup(services, cache, hashed)
     seen["source"], seen["webhook"] = config.webhook.source, config.id
 
-    # 1. The flood guard, per webhook, before the body is read; then the body.
+    # 1. The size cap from Content-Length (the body is measured again as it arrives) and the flood
+    # guard, once the webhook is known (a refusal of either is counted as its refusal) and before
+    # a byte of the body is read; then the body.
+    steps.check_length(request)
     steps.admit(limiter, config)
     body = await _read_body(request)
     received_at = utcnow()

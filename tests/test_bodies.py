@@ -135,13 +135,17 @@ async def test_a_slow_body_that_arrives_in_time_is_handled(base_url: str) -> Non
         ("/ui/login", app_module.UI_MAX_BODY_BYTES, True),
         ("/api/v1/teams", app_module.API_MAX_BODY_BYTES, False),
         ("/mcp", 4 * bodies.MIB, False),
-        ("/webhooks/not-a-real-token-0123456789", ingest.MAX_BODY_BYTES, False),
+        ("/webhooks/", ingest.MAX_BODY_BYTES, False),
         ("/healthz", app_module.OTHER_MAX_BODY_BYTES, False),
     ],
 )
 async def test_an_oversize_content_length_is_refused_before_reading(
-    base_url: str, path: str, cap: int, html: bool
+    services: Services, base_url: str, path: str, cap: int, html: bool
 ) -> None:
+    if path == "/webhooks/":
+        # Ingest judges the length once the token names a webhook (an unknown one is 404 first),
+        # so that the refusal is counted as that webhook's.
+        path += (await make_webhook(services, "generic"))[0]
     loop = asyncio.get_running_loop()
     async with connection(base_url) as (reader, writer):
         # Announce one byte more than the cap and send none of it: the answer cannot have waited.
