@@ -43,7 +43,6 @@ __all__ = [
     "RULE_ID_RE",
     "Action",
     "ActionType",
-    "DuplicateKey",
     "Rule",
     "RuleError",
     "RuleSet",
@@ -52,7 +51,6 @@ __all__ = [
     "check_rule_set",
     "expression_problem",
     "forbidden_name",
-    "no_duplicate_keys",
     "parse_rule_set",
     "rule_program",
 ]
@@ -77,22 +75,6 @@ ACTION_TYPES: tuple[ActionType, ...] = ("queue", "drop", "quarantine")
 _QUEUE_KEYS = frozenset({"type", "queue", "endpoints", "exclusive", "once"})
 _RULE_KEYS = frozenset({"id", "name", "expr", "action"})
 _SET_KEYS = frozenset({"rules", "default_action", "params"})
-
-
-class DuplicateKey(ValueError):
-    """A JSON object that names one key twice (``no_duplicate_keys``); ``str()`` is the key."""
-
-
-def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``' ``object_pairs_hook`` for a rule set typed by a person (the CLI's FILE, the
-    web textarea): a key named twice is refused, as the API refuses it (``duplicate_key``), since
-    which of the two was meant is not ours to guess (the last would silently win)."""
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise DuplicateKey(key)
-        data[key] = value
-    return data
 
 
 class RuleError(SwitchboardError):

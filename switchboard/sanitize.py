@@ -379,3 +379,19 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
         value = _kept_value(value) if keep else REDACTED
         out[name] = f"{out[name]}, {value}" if name in out and value != REDACTED else value
     return out
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (``no_duplicate_keys``); ``str()`` is the key."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` for JSON a person or a client wrote (an API body, a
+    rule set from the CLI's FILE or the web textarea): a key named twice is refused, since which
+    of the two was meant is not ours to guess (the last would silently win)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise DuplicateKey(key)
+        data[key] = value
+    return data

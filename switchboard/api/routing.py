@@ -26,7 +26,13 @@ from switchboard.api.caller import Caller, Unauthorized, authenticate
 from switchboard.db import is_unavailable
 from switchboard.errors import SwitchboardError, invalid, not_found
 from switchboard.paging import LIMIT_DEFAULT, LIMIT_MAX, page_of
-from switchboard.sanitize import finite_float, lone_surrogate, refuse_constant
+from switchboard.sanitize import (
+    DuplicateKey,
+    finite_float,
+    lone_surrogate,
+    no_duplicate_keys,
+    refuse_constant,
+)
 from switchboard.services import Services, services_of
 from switchboard.todos import rfc3339
 from switchboard.vault import EncryptionRequired, VaultError
@@ -204,19 +210,6 @@ def _describe(param: Param) -> str:
     return noun + (" or null" if param.nullable else "")
 
 
-class DuplicateKey(ValueError):
-    """A JSON object names one key twice: which value was meant is not ours to guess."""
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise DuplicateKey(key)
-        data[key] = value
-    return data
-
-
 def _no_nul(value: Any) -> bool:
     """Text fields end up in the database; PostgreSQL text cannot hold NUL, so refuse it up front."""
     if isinstance(value, str):
@@ -236,7 +229,7 @@ async def _read_body(request: web.Request, params: tuple[Param, ...] | None) -> 
                 raw.decode("utf-8"),
                 parse_constant=refuse_constant,
                 parse_float=finite_float,
-                object_pairs_hook=_no_duplicates,
+                object_pairs_hook=no_duplicate_keys,
             )
         except DuplicateKey as exc:
             raise SwitchboardError(

@@ -22,7 +22,7 @@ from switchboard.cli.runner import do
 from switchboard.cli.webhooks import webhook_group
 from switchboard.errors import SwitchboardError
 from switchboard.intake_config import Caller, DryRun
-from switchboard.rules import DuplicateKey, no_duplicate_keys
+from switchboard.sanitize import DuplicateKey, no_duplicate_keys
 from switchboard.services import Services
 
 # Far above the largest rule set that can pass (32 rules of 4 KiB, 16 KiB of params, names, JSON

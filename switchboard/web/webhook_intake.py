@@ -28,7 +28,8 @@ from switchboard.errors import SwitchboardError
 from switchboard.intake_config import DRY_RUN_DELIVERIES, DryRun
 from switchboard.models import Endpoint, Route, Webhook
 from switchboard.provider import SourceKind
-from switchboard.rules import DuplicateKey, RuleError, no_duplicate_keys
+from switchboard.rules import RuleError
+from switchboard.sanitize import DuplicateKey, no_duplicate_keys
 from switchboard.services import services_of
 from switchboard.tenancy import Owner
 from switchboard.web.confirm import confirm_link
