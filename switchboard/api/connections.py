@@ -119,6 +119,29 @@ async def test_connection(req: Request) -> tuple[int, dict[str, Any]]:
     return 200, {"connection": req.path["id"], "test": result}
 
 
+def _allowlists(when: str) -> tuple[Param, Param]:
+    """The two allowlists' fields, as create and update take them (``when``: what absent or null
+    means there). An empty list is refused: it would read as the opposite of what it says."""
+    return (
+        Param(
+            "targets",
+            "array",
+            f"Allowlist globs (repos, channel ids, artifact ids); {when} (every target).",
+            nullable=True,
+            min_items=1,
+            max_items=TARGETS_MAX,
+        ),
+        Param(
+            "endpoints",
+            "array",
+            f"Endpoint slugs allowed to use it; {when} (every endpoint of the owner).",
+            nullable=True,
+            min_items=1,
+            max_items=ENDPOINTS_MAX,
+        ),
+    )
+
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "GET",
@@ -153,22 +176,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 max_length=ACCOUNT_KEY_MAX,
             ),
             Param("secret", "string", "The credential (write-only).", required=True, max_length=SECRET_MAX),
-            Param(
-                "targets",
-                "array",
-                "Allowlist globs (repos, channel ids, artifact ids); absent or null: none.",
-                nullable=True,
-                min_items=1,
-                max_items=TARGETS_MAX,
-            ),
-            Param(
-                "endpoints",
-                "array",
-                "Endpoint slugs allowed to use it; absent or null: none.",
-                nullable=True,
-                min_items=1,
-                max_items=ENDPOINTS_MAX,
-            ),
+            *_allowlists("absent or null: no allowlist"),
             Param("config", "object", "Kind-specific settings.", nullable=True),
         ),
     ),
@@ -192,22 +200,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(400, 401, 403, 404, 409),
         body=(
             Param("name", "string", "New name.", max_length=NAME_MAX),
-            Param(
-                "targets",
-                "array",
-                "New targets allowlist (null: none).",
-                nullable=True,
-                min_items=1,
-                max_items=TARGETS_MAX,
-            ),
-            Param(
-                "endpoints",
-                "array",
-                "New endpoints allowlist (null: none).",
-                nullable=True,
-                min_items=1,
-                max_items=ENDPOINTS_MAX,
-            ),
+            *_allowlists("New; null: no allowlist"),
             Param("config", "object", "New config (null: none).", nullable=True),
         ),
     ),
