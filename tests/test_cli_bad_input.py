@@ -248,15 +248,23 @@ def test_a_database_behind_the_latest_migration_says_run_db_upgrade(tmp_path: Pa
         assert "db upgrade" in line, line
 
 
-def test_db_upgrade_that_cannot_open_the_database_names_the_drivers_reason_only(tmp_path: Path) -> None:
-    # The line carried SQLAlchemy's wrapper: the driver's text, an escaped line break and a
-    # "(Background on this error at: https://sqlalche.me/…)" link, cut at 200 characters.
-    url = f"sqlite+aiosqlite:///{tmp_path / 'no-such-folder' / 'sb.db'}"
-    line = refused(_runner(_env(url))("db", "upgrade"), "unavailable")
+def test_db_upgrade_into_a_folder_that_does_not_exist_names_it(tmp_path: Path) -> None:
+    # The line carried SQLAlchemy's wrapper: the driver's "unable to open database file" (naming no
+    # file), an escaped line break and a "(Background on this error at: …)" link.
+    folder = tmp_path / "no-such-folder"
+    line = refused(_runner(_env(f"sqlite+aiosqlite:///{folder / 'sb.db'}"))("db", "upgrade"), "unavailable")
     assert (
-        line
-        == "error: unavailable: cannot migrate the database (OperationalError: unable to open database file)"
+        line == f"error: unavailable: cannot create the SQLite database: the folder {folder} does not exist"
     )
+
+
+def test_db_upgrade_that_the_driver_refuses_names_its_reason_only(tmp_path: Path) -> None:
+    # A file that is not a database: the driver's own first line, without SQLAlchemy's additions.
+    database = tmp_path / "not-a-database.db"
+    database.write_bytes(b"this is not a SQLite file" * 100)
+    database.chmod(0o600)  # private, so no warning line about its mode
+    line = refused(_runner(_env(f"sqlite+aiosqlite:///{database}"))("db", "upgrade"), "unavailable")
+    assert line == "error: unavailable: cannot migrate the database (DatabaseError: file is not a database)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,22 @@ def private_sqlite_file(database_url: str) -> str | None:
     return None
 
 
+def _missing_sqlite_folder(database_url: str) -> str | None:
+    """The folder a SQLite database file would be in, when it does not exist (None otherwise).
+    Said before the migration runs: SQLite's own "unable to open database file" names neither, and
+    aiosqlite's failed connect leaves a thread that may report to an event loop already closed."""
+    url = make_url(database_url)
+    path = url.database
+    if url.get_backend_name() != "sqlite" or not path or path == ":memory:" or url.query.get("uri"):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    return None if os.path.isdir(folder) else folder
+
+
 def _upgrade(database_url: str, *, logged: bool = False) -> None:
+    folder = _missing_sqlite_folder(database_url)
+    if folder is not None:
+        fail(f"unavailable: cannot create the SQLite database: the folder {folder} does not exist")
     warning = private_sqlite_file(database_url)
     if warning is not None and logged:
         logging.getLogger("switchboard").warning("%s", warning.removeprefix("warning: "))
