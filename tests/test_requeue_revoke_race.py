@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from sqlalchemy import select, update
 
-from switchboard import tenancy
+from switchboard import tenancy, todos
 from switchboard.errors import SwitchboardError
 from switchboard.models import Endpoint, Todo
 from switchboard.services import Services
@@ -69,3 +69,36 @@ async def test_a_dead_letter_requeued_during_a_revocation_stays_dead(services: S
         ep = await s.get(Endpoint, endpoint.id)
     assert ep is not None and ep.state == "revoked"
     assert row is not None and (row.state, row.dead_letter) == ("failed", True)
+
+
+async def test_a_todo_pushed_during_a_revocation_is_refused(services: Services) -> None:
+    db = services.db
+    if db.is_sqlite:
+        pytest.skip("SQLite serialises every write")
+    endpoint, _ = await vend(db)
+    other = await add_todo(db, endpoint, title="pending")
+    held, go_on = asyncio.Event(), asyncio.Event()
+
+    async def hold_a_todo() -> None:
+        async with db.write() as s:
+            await s.execute(select(Todo.id).where(Todo.id == other.id).with_for_update())
+            held.set()
+            await go_on.wait()
+
+    holder = asyncio.create_task(hold_a_todo())
+    await held.wait()
+    revoke = asyncio.create_task(tenancy.revoke_endpoint(db, endpoint.slug))
+    await asyncio.sleep(0.3)
+    pushed = asyncio.create_task(todos.push(db, endpoint_slug=endpoint.slug, title="pushed now"))
+    await asyncio.sleep(0.3)
+    go_on.set()
+    await holder
+    await revoke
+    with pytest.raises(SwitchboardError) as refused:
+        await pushed
+    assert refused.value.code == "conflict"
+    async with db.read() as s:
+        pending = (
+            await s.scalars(select(Todo.id).where(Todo.endpoint_id == endpoint.id, Todo.state == "pending"))
+        ).all()
+    assert pending == []

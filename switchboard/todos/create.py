@@ -114,7 +114,12 @@ async def push(
         # A sender's title is cut to fit; an operator's is refused rather than cut without a word.
         raise invalid(f"title is longer than {TITLE_LIMIT} characters")
     async with db.write() as s:
-        endpoint = await s.scalar(select(Endpoint).where(Endpoint.slug == endpoint_slug))
+        # Share-locked: a revocation committing now is waited for and seen. On an unlocked read the
+        # todo was pushed onto an endpoint being revoked and stayed pending there, where nothing
+        # may claim it (PostgreSQL; SQLite's writer holds the database).
+        endpoint = await s.scalar(
+            select(Endpoint).where(Endpoint.slug == endpoint_slug).with_for_update(read=True)
+        )
         if endpoint is None:
             raise not_found(f"endpoint {endpoint_slug!r}")
         if not endpoint_is_live(endpoint):
